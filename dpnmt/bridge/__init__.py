@@ -1,0 +1,1 @@
+"""Opacus -> JAX bridge: Poisson lots as fixed-shape, masked, sharded arrays."""

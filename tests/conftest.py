@@ -1,0 +1,23 @@
+"""Test-wide setup: 8 host CPU devices for sharding tests, hypothesis profile.
+
+XLA reads XLA_FLAGS once, when the first JAX backend starts, so the flag is set
+here, before any test module imports jax.
+"""
+
+import os
+
+_DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
+if _DEVICE_FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICE_FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hypothesis  # noqa: E402
+
+# Derandomized: the same examples every run, so CI failures reproduce.
+hypothesis.settings.register_profile(
+    "dpnmt", max_examples=25, deadline=None, derandomize=True, print_blob=True
+)
+hypothesis.settings.load_profile("dpnmt")
