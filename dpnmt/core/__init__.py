@@ -1,0 +1,48 @@
+"""dpnmt.core: pure, jit-able DP-SGD building blocks for any JAX project.
+
+Per-example clipping, Gaussian noise, gradient accumulation over micro-batches,
+and privacy accounting. Imports only jax, chex, optax and dp_accounting.
+"""
+
+from dpnmt.core.accounting import (
+    Accountant,
+    calibrate_noise_multiplier,
+    compute_epsilon,
+    compute_epsilon_shuffled,
+    epsilon_if_poisson_not_a_guarantee,
+)
+from dpnmt.core.accumulation import (
+    AccumulatorState,
+    accumulate,
+    init_accumulator,
+    noisy_average,
+)
+from dpnmt.core.aggregation import DpAggregateState, dp_aggregate
+from dpnmt.core.clipping import (
+    clip_and_sum,
+    count_nonfinite,
+    per_example_l2_norms,
+    private_grad_sum,
+)
+from dpnmt.core.noise import add_gaussian_noise, fresh_seed, noise_key_for_step
+
+__all__ = [
+    "Accountant",
+    "AccumulatorState",
+    "DpAggregateState",
+    "accumulate",
+    "add_gaussian_noise",
+    "calibrate_noise_multiplier",
+    "clip_and_sum",
+    "compute_epsilon",
+    "compute_epsilon_shuffled",
+    "count_nonfinite",
+    "dp_aggregate",
+    "epsilon_if_poisson_not_a_guarantee",
+    "fresh_seed",
+    "init_accumulator",
+    "noise_key_for_step",
+    "noisy_average",
+    "per_example_l2_norms",
+    "private_grad_sum",
+]

@@ -1,0 +1,99 @@
+"""Gradient accumulation over micro-batches, then one noisy release per lot.
+
+A lot (the examples Poisson sampling picked for one step) is processed as
+several fixed-shape micro-batches. Each contributes its clipped sum to an
+`AccumulatorState`; `noisy_average` then adds N(0, σ²C²) ONCE to the
+accumulated sum and divides by the fixed expected lot size L (Abadi et al.
+2016, Algorithm 1). Dividing by the realised lot size instead would make the
+update depend on a private count; noising per micro-batch would add K times
+the variance the accountant assumed.
+"""
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from dpnmt.core import noise, validation
+
+
+class AccumulatorState(NamedTuple):
+    """Running sums over the micro-batches of one lot.
+
+    Attributes:
+      grad_sum: pytree like `params`, sum of clipped per-example gradients.
+      num_examples: int32 scalar, real examples accumulated. Private (it is the
+        realised lot size): never log it or use it to normalise the update.
+    """
+
+    grad_sum: chex.ArrayTree
+    num_examples: chex.Array
+
+
+def init_accumulator(params: chex.ArrayTree) -> AccumulatorState:
+    """An empty accumulator: zeros shaped like `params`, zero examples.
+
+    Args:
+      params: pytree of (trainable) parameters.
+
+    Returns:
+      `AccumulatorState` with float zeros in the dtype of each parameter.
+    """
+    return AccumulatorState(
+        grad_sum=jax.tree_util.tree_map(jnp.zeros_like, params),
+        num_examples=jnp.zeros((), jnp.int32),
+    )
+
+
+def accumulate(state: AccumulatorState, grad_sum: chex.ArrayTree, num_examples) -> AccumulatorState:
+    """Adds one micro-batch's clipped gradient sum to the accumulator.
+
+    Args:
+      state: the lot's accumulator so far.
+      grad_sum: clipped gradient sum of the micro-batch (structure of params).
+      num_examples: real (unmasked) examples in the micro-batch, int scalar.
+
+    Returns:
+      The updated `AccumulatorState`.
+    """
+    return AccumulatorState(
+        grad_sum=jax.tree_util.tree_map(jnp.add, state.grad_sum, grad_sum),
+        num_examples=state.num_examples + jnp.asarray(num_examples, jnp.int32),
+    )
+
+
+def noisy_average(
+    state: AccumulatorState,
+    key: chex.PRNGKey,
+    noise_multiplier: float,
+    l2_clip: float,
+    expected_lot_size: float,
+) -> chex.ArrayTree:
+    """Releases the lot's gradient: (sum + N(0, (σC)²)) / L.
+
+    Noise is drawn once per call, on the accumulated sum. Call it once per lot,
+    also for an empty lot (zero micro-batches): the accountant assumed a step.
+
+    Formal guarantee: if every accumulated micro-batch sum has L2 sensitivity
+    C to adding/removing one example and each example appears in at most one
+    micro-batch of the lot, the release is the Gaussian mechanism with noise
+    multiplier σ (sensitivity C, stddev σC); division by the public constant L
+    is post-processing.
+
+    Args:
+      state: accumulator of the whole lot.
+      key: noise key of this step (`noise_key_for_step`); never reuse it.
+      noise_multiplier: σ >= 0. σ = 0 gives no privacy (non-private baselines
+        only); the accountant refuses to report an ε for it.
+      l2_clip: the clipping norm C used for every micro-batch, > 0.
+      expected_lot_size: L = q·N, the public constant divisor, > 0.
+
+    Returns:
+      Pytree like `state.grad_sum`: the noisy average gradient.
+    """
+    validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
+    validation.check_positive("l2_clip", l2_clip)
+    validation.check_positive("expected_lot_size", expected_lot_size)
+    noisy_sum = noise.add_gaussian_noise(state.grad_sum, noise_multiplier * l2_clip, key)
+    return jax.tree_util.tree_map(lambda g: g / expected_lot_size, noisy_sum)

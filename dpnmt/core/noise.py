@@ -1,0 +1,64 @@
+"""Gaussian noise for pytrees, and the key schedule that keeps noise fresh."""
+
+import secrets
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from dpnmt.core import validation
+
+
+def add_gaussian_noise(tree: chex.ArrayTree, stddev: float, key: chex.PRNGKey) -> chex.ArrayTree:
+    """Adds independent N(0, stddev²) noise to every element of `tree`.
+
+    `key` is split once per leaf, so leaves get independent noise. Low-precision
+    leaves (bfloat16, float16) get noise sampled in float32 and the sum is cast
+    back: the dtype of every leaf is preserved.
+
+    Args:
+      tree: pytree of floating arrays.
+      stddev: standard deviation (same units as the leaves), >= 0.
+      key: PRNG key; never reuse it for another release.
+
+    Returns:
+      A pytree with the structure, shapes and dtypes of `tree`.
+    """
+    validation.check_positive("stddev", stddev, allow_zero=True)
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    keys = jax.random.split(key, len(leaves))
+    noised = []
+    for leaf, leaf_key in zip(leaves, keys, strict=True):
+        leaf = jnp.asarray(leaf)
+        if not jnp.issubdtype(leaf.dtype, jnp.floating):
+            raise TypeError(f"add_gaussian_noise needs floating leaves, got {leaf.dtype}.")
+        sample_dtype = jnp.promote_types(leaf.dtype, jnp.float32)
+        noise = jax.random.normal(leaf_key, leaf.shape, sample_dtype) * stddev
+        noised.append((leaf.astype(sample_dtype) + noise).astype(leaf.dtype))
+    return jax.tree_util.tree_unflatten(treedef, noised)
+
+
+def noise_key_for_step(base_key: chex.PRNGKey, step) -> chex.PRNGKey:
+    """The noise key of training step `step`: `fold_in(base_key, step)`.
+
+    Deriving each step's key from the step number (rather than carrying a
+    split chain) means a resumed run continues the exact key sequence of an
+    uninterrupted one, and no two steps share a key.
+
+    Args:
+      base_key: the run's noise key (from `fresh_seed()` for a release run).
+      step: int or int32 scalar, the 0-based optimizer step.
+
+    Returns:
+      A PRNG key.
+    """
+    return jax.random.fold_in(base_key, step)
+
+
+def fresh_seed() -> int:
+    """A 63-bit seed from the operating system's CSPRNG, for release runs.
+
+    Fixed seeds are for tests and debugging; a run whose ε is published should
+    draw its noise seed here (and record it only in its private checkpoint).
+    """
+    return secrets.randbits(63)

@@ -1,0 +1,159 @@
+"""Gaussian noise: its scale, independence, dtypes, and once-per-lot release."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.stats
+from absl.testing import absltest, parameterized
+
+from dpnmt import core
+
+# Significance level of every statistical test here: with fixed seeds the tests
+# are deterministic; alpha bounds how unlucky a seed could make a correct
+# implementation look.
+ALPHA = 1e-6
+NUM_SAMPLES = 200_000
+
+
+def _std_interval(stddev, n, alpha=ALPHA):
+    """Two-sided (1 - alpha) interval for the sample std of n N(0, stddev²) draws.
+
+    (n - 1) s² / stddev² ~ chi-square(n - 1).
+    """
+    lo, hi = scipy.stats.chi2.ppf([alpha / 2, 1 - alpha / 2], n - 1)
+    return stddev * np.sqrt(lo / (n - 1)), stddev * np.sqrt(hi / (n - 1))
+
+
+class AddGaussianNoiseTest(parameterized.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.parameters(0.01, 1.0, 37.5)
+    def test_sample_std_matches(self, stddev):
+        tree = {"big": jnp.zeros((NUM_SAMPLES,), jnp.float32)}
+        noised = self.variant(core.add_gaussian_noise, static_argnums=1)(
+            tree, stddev, jax.random.key(0)
+        )
+        sample = np.asarray(noised["big"], np.float64)
+        lo, hi = _std_interval(stddev, sample.size)
+        self.assertBetween(sample.std(ddof=1), lo, hi)
+        # Mean: N(0, stddev² / n).
+        z = scipy.stats.norm.ppf(1 - ALPHA / 2)
+        self.assertLess(abs(sample.mean()), z * stddev / np.sqrt(sample.size))
+
+    def test_ks_accepts_right_scale_and_rejects_wrong_ones(self):
+        stddev = 2.0
+        sample = np.asarray(
+            core.add_gaussian_noise(jnp.zeros((20_000,)), stddev, jax.random.key(1)), np.float64
+        )
+        self.assertGreater(scipy.stats.kstest(sample / stddev, "norm").pvalue, ALPHA)
+        for wrong in (2 / 3 * stddev, 3 / 2 * stddev):
+            self.assertLess(scipy.stats.kstest(sample / wrong, "norm").pvalue, ALPHA)
+
+    def test_leaves_get_independent_noise(self):
+        n = 50_000
+        tree = {"a": jnp.zeros((n,)), "b": jnp.zeros((n,)), "c": jnp.zeros((n,))}
+        noised = core.add_gaussian_noise(tree, 1.0, jax.random.key(2))
+        samples = np.stack([np.asarray(noised[k]) for k in "abc"])
+        correlation = np.corrcoef(samples)
+        # Under independence, the sample correlation is ~ N(0, 1/n).
+        bound = scipy.stats.norm.ppf(1 - ALPHA / 2) / np.sqrt(n)
+        off_diagonal = correlation[~np.eye(3, dtype=bool)]
+        self.assertLess(np.max(np.abs(off_diagonal)), bound)
+        self.assertFalse(np.array_equal(samples[0], samples[1]))
+
+    def test_steps_get_independent_noise(self):
+        n = 50_000
+        base = jax.random.key(3)
+        draws = [
+            np.asarray(
+                core.add_gaussian_noise(jnp.zeros((n,)), 1.0, core.noise_key_for_step(base, step))
+            )
+            for step in range(4)
+        ]
+        correlation = np.corrcoef(np.stack(draws))
+        bound = scipy.stats.norm.ppf(1 - ALPHA / 2) / np.sqrt(n)
+        self.assertLess(np.max(np.abs(correlation[~np.eye(4, dtype=bool)])), bound)
+
+    def test_step_keys_are_a_function_of_the_step(self):
+        base = jax.random.key(4)
+        again = jax.random.key(4)
+        for step in (0, 1, 17):
+            chex.assert_trees_all_equal(
+                jax.random.key_data(core.noise_key_for_step(base, step)),
+                jax.random.key_data(core.noise_key_for_step(again, step)),
+            )
+        keys = {
+            tuple(np.asarray(jax.random.key_data(core.noise_key_for_step(base, s))))
+            for s in range(100)
+        }
+        self.assertLen(keys, 100)
+
+    @parameterized.parameters(jnp.float32, jnp.bfloat16, jnp.float16)
+    def test_dtype_and_shape_preserved(self, dtype):
+        tree = {"w": jnp.ones((3, 4), dtype), "b": [jnp.ones((2,), dtype)]}
+        noised = core.add_gaussian_noise(tree, 0.1, jax.random.key(5))
+        chex.assert_trees_all_equal_shapes_and_dtypes(noised, tree)
+
+    def test_zero_stddev_is_identity_and_negative_is_error(self):
+        tree = {"w": jnp.arange(5.0)}
+        chex.assert_trees_all_equal(core.add_gaussian_noise(tree, 0.0, jax.random.key(0)), tree)
+        with self.assertRaisesRegex(ValueError, "stddev"):
+            core.add_gaussian_noise(tree, -1.0, jax.random.key(0))
+
+    def test_fresh_seeds_differ(self):
+        self.assertNotEqual(core.fresh_seed(), core.fresh_seed())
+
+
+class NoisyAverageTest(parameterized.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_noise_is_drawn_once_on_the_accumulated_sum(self):
+        """K micro-batches, one release: std is σC/L, not σC·√K/L."""
+        sigma, l2_clip, lot_size, num_micro = 1.3, 0.5, 64.0, 8
+        params = {"w": jnp.zeros((NUM_SAMPLES,))}
+        state = core.init_accumulator(params)
+        for _ in range(num_micro):
+            state = core.accumulate(state, params, 8)
+        release = self.variant(core.noisy_average, static_argnums=(2, 3, 4))
+        noisy = release(state, jax.random.key(6), sigma, l2_clip, lot_size)
+        sample = np.asarray(noisy["w"], np.float64)
+        lo, hi = _std_interval(sigma * l2_clip / lot_size, sample.size)
+        self.assertBetween(sample.std(ddof=1), lo, hi)
+        # Noise per micro-batch would give σC·√K/L: that interval must not match.
+        lo_k, hi_k = _std_interval(sigma * l2_clip * np.sqrt(num_micro) / lot_size, sample.size)
+        self.assertFalse(lo_k <= sample.std(ddof=1) <= hi_k)
+
+    def test_divides_by_expected_lot_size_not_realised_count(self):
+        grad_sum = {"w": jnp.full((3,), 12.0)}
+        state = core.accumulate(core.init_accumulator(grad_sum), grad_sum, 3)
+        for realised in (0, 3, 1000):
+            state = state._replace(num_examples=jnp.asarray(realised, jnp.int32))
+            out = core.noisy_average(state, jax.random.key(0), 0.0, 1.0, 4.0)
+            np.testing.assert_allclose(out["w"], 3.0)
+
+    def test_empty_lot_releases_pure_noise(self):
+        params = {"w": jnp.zeros((1000,))}
+        out = core.noisy_average(core.init_accumulator(params), jax.random.key(7), 2.0, 1.0, 10.0)
+        expected = core.add_gaussian_noise(params, 2.0, jax.random.key(7))
+        chex.assert_trees_all_close(out, jax.tree_util.tree_map(lambda x: x / 10.0, expected))
+        self.assertGreater(float(jnp.std(out["w"])), 0.1)
+
+    def test_traced_privacy_parameters_work_under_jit(self):
+        state = core.init_accumulator({"w": jnp.zeros((4,))})
+        fn = jax.jit(core.noisy_average)
+        out = fn(state, jax.random.key(0), 1.0, 1.0, 2.0)
+        chex.assert_shape(out["w"], (4,))
+
+    @parameterized.named_parameters(
+        ("negative_sigma", -0.1, 1.0, 8.0, "noise_multiplier"),
+        ("zero_clip", 1.0, 0.0, 8.0, "l2_clip"),
+        ("zero_lot", 1.0, 1.0, 0.0, "expected_lot_size"),
+        ("inf_lot", 1.0, 1.0, float("inf"), "expected_lot_size"),
+    )
+    def test_invalid_parameters(self, sigma, l2_clip, lot_size, name):
+        state = core.init_accumulator({"w": jnp.zeros((2,))})
+        with self.assertRaisesRegex(ValueError, name):
+            core.noisy_average(state, jax.random.key(0), sigma, l2_clip, lot_size)
+
+
+if __name__ == "__main__":
+    absltest.main()
