@@ -1,1 +1,58 @@
-"""Opacus -> JAX bridge: Poisson lots as fixed-shape, masked, sharded arrays."""
+"""Opacus -> JAX bridge: Poisson lots as fixed-shape, masked, sharded arrays.
+
+Data flow: `TokenizedExamples` (torch Dataset view) -> `PoissonLots` or
+`ShuffledLots` (a `Lot` per step, possibly empty) -> `to_microbatches`
+(ceil(n / b) fixed `[b, ...]` micro-batches with a `mask`) -> `shard_microbatch`
+(global arrays sharded `P('data')`) -> `dp_lot_gradient` (noise once per lot).
+`Prefetcher` runs the host part in a background thread; `device_lots` chains
+split, shard and prefetch.
+"""
+
+from dpnmt.bridge.dataset import TokenizedExamples
+from dpnmt.bridge.lots import (
+    Lot,
+    LotCollator,
+    LotSource,
+    PoissonLots,
+    ShuffledLots,
+    lot_sampling_rate,
+    validate_sampling_rate,
+)
+from dpnmt.bridge.microbatch import EXAMPLE_INDEX, MASK, PADDING_INDEX, to_microbatches
+from dpnmt.bridge.pipeline import device_lots
+from dpnmt.bridge.prefetch import Prefetcher
+from dpnmt.bridge.sharding import (
+    DATA_AXIS,
+    batch_sharding,
+    check_physical_batch_size,
+    make_data_mesh,
+    replicated_sharding,
+    shard_microbatch,
+)
+from dpnmt.bridge.step import DpLotStep, dp_lot_gradient, make_dp_lot_step
+
+__all__ = [
+    "DATA_AXIS",
+    "EXAMPLE_INDEX",
+    "MASK",
+    "PADDING_INDEX",
+    "DpLotStep",
+    "Lot",
+    "LotCollator",
+    "LotSource",
+    "PoissonLots",
+    "Prefetcher",
+    "ShuffledLots",
+    "TokenizedExamples",
+    "batch_sharding",
+    "check_physical_batch_size",
+    "device_lots",
+    "dp_lot_gradient",
+    "lot_sampling_rate",
+    "make_data_mesh",
+    "make_dp_lot_step",
+    "replicated_sharding",
+    "shard_microbatch",
+    "to_microbatches",
+    "validate_sampling_rate",
+]
