@@ -7,6 +7,7 @@ and privacy accounting. Imports only jax, chex, optax and dp_accounting.
 from dpnmt.core.accounting import (
     Accountant,
     calibrate_noise_multiplier,
+    calibrate_noise_multiplier_shuffled,
     compute_epsilon,
     compute_epsilon_shuffled,
     epsilon_if_poisson_not_a_guarantee,
@@ -33,6 +34,7 @@ __all__ = [
     "accumulate",
     "add_gaussian_noise",
     "calibrate_noise_multiplier",
+    "calibrate_noise_multiplier_shuffled",
     "clip_and_sum",
     "compute_epsilon",
     "compute_epsilon_shuffled",

@@ -210,6 +210,60 @@ def compute_epsilon_shuffled(
     return _epsilon(event, delta, accountant)
 
 
+def calibrate_noise_multiplier_shuffled(
+    target_epsilon: float,
+    num_epochs: int,
+    delta: float,
+    accountant: str = "pld",
+    *,
+    dataset_size: int | None = None,
+    relative_tolerance: float = 1e-3,
+) -> float:
+    """Smallest σ (within `relative_tolerance`) with `compute_epsilon_shuffled(σ, ...) <= target`.
+
+    Args:
+      target_epsilon: ε to spend, > 0 and finite.
+      num_epochs: E >= 1 epochs (each example in at most one lot per epoch).
+      delta: δ in (0, 1).
+      accountant: "pld" (default) or "rdp".
+      dataset_size: N; if given, warns when δ >= 1/N.
+      relative_tolerance: the returned σ is at most (1 + tol) times the optimum.
+
+    Returns:
+      σ whose shuffled-lot ε (same accountant) is <= target_epsilon.
+
+    Raises:
+      ValueError: invalid arguments, or a target no σ in [1e-2, 1e4] reaches.
+    """
+    validation.check_positive("target_epsilon", target_epsilon)
+    validation.check_num_steps("num_epochs", num_epochs)
+    validation.check_delta(delta)
+    validation.warn_if_delta_too_large(delta, dataset_size)
+    _parse_accountant(accountant)
+
+    def epsilon_at(sigma: float) -> float:
+        return compute_epsilon_shuffled(sigma, num_epochs, delta, accountant)
+
+    lo, hi = _MIN_NOISE_MULTIPLIER, _MAX_NOISE_MULTIPLIER
+    if epsilon_at(hi) > target_epsilon:
+        raise ValueError(
+            f"target_epsilon={target_epsilon:g} is unreachable with shuffled lots: even "
+            f"noise_multiplier={hi:g} gives ε={epsilon_at(hi):.4g} over {num_epochs} epochs "
+            f"(delta={delta:g}). Raise the target or train fewer epochs."
+        )
+    # E Gaussian mechanisms of noise σ compose to one of noise σ/√E: bracket
+    # around the analytic answer (PLD is slow to evaluate at tiny σ).
+    guess = math.sqrt(num_epochs) * dp_accounting.get_sigma_gaussian(target_epsilon, delta)
+    lo, hi = max(lo, guess / 1.05), min(hi, guess * 1.05)
+    while lo > _MIN_NOISE_MULTIPLIER and epsilon_at(lo) <= target_epsilon:
+        lo = max(lo / 1.5, _MIN_NOISE_MULTIPLIER)
+    while hi < _MAX_NOISE_MULTIPLIER and epsilon_at(hi) > target_epsilon:
+        hi = min(hi * 1.5, _MAX_NOISE_MULTIPLIER)
+    if epsilon_at(lo) <= target_epsilon:
+        return lo
+    return _bisect(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
+
+
 def epsilon_if_poisson_not_a_guarantee(
     noise_multiplier: float,
     sampling_rate: float,

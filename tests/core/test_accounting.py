@@ -124,6 +124,13 @@ class ShuffledTest(parameterized.TestCase):
         heuristic = core.epsilon_if_poisson_not_a_guarantee(sigma, q, round(epochs / q), delta)
         self.assertGreater(shuffled, 2 * heuristic)
 
+    @parameterized.parameters((1.0, 3, "pld"), (8.0, 10, "pld"), (1.0, 3, "rdp"))
+    def test_calibrate_round_trip(self, target, epochs, kind):
+        sigma = core.calibrate_noise_multiplier_shuffled(target, epochs, 1e-8, accountant=kind)
+        spent = core.compute_epsilon_shuffled(sigma, epochs, 1e-8, accountant=kind)
+        self.assertLessEqual(spent, target)
+        self.assertGreaterEqual(spent, 0.99 * target)
+
     def test_num_epochs_must_be_whole(self):
         with self.assertRaisesRegex(ValueError, "num_epochs"):
             core.compute_epsilon_shuffled(1.0, 2.5, 1e-5)
