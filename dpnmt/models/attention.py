@@ -1,0 +1,74 @@
+"""Attention arithmetic shared by the T5 and mBART modules (no parameters)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def dot_product_attention(
+    query: chex.Array,
+    key: chex.Array,
+    value: chex.Array,
+    *,
+    mask: chex.Array,
+    bias: chex.Array | None = None,
+    scale: float = 1.0,
+    dropout: Callable[[chex.Array], chex.Array] | None = None,
+) -> chex.Array:
+    """Softmax attention of queries over keys, masked and optionally biased.
+
+    Args:
+        query: [batch, q_len, heads, head_dim].
+        key: [batch, k_len, heads, head_dim].
+        value: [batch, k_len, heads, head_dim].
+        mask: Boolean, broadcastable to [batch, heads, q_len, k_len]; True where
+            a query may attend to a key.
+        bias: Optional additive bias broadcastable to [batch, heads, q_len, k_len]
+            (T5 relative positions).
+        scale: Multiplier of the query-key dot product (T5: 1, mBART: head_dim**-0.5).
+        dropout: Optional function applied to the attention weights.
+
+    Returns:
+        [batch, q_len, heads * head_dim] attended values.
+    """
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key) * scale
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.astype(jnp.float32)
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1).astype(value.dtype)
+    if dropout is not None:
+        weights = dropout(weights)
+    out = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+    return out.reshape(out.shape[:2] + (-1,))
+
+
+def write_cache(cache: chex.Array, new: chex.Array, index: chex.Array) -> chex.Array:
+    """Writes one step of keys or values into a static-shape cache.
+
+    Args:
+        cache: [batch, max_len, heads, head_dim].
+        new: [batch, 1, heads, head_dim], the current step.
+        index: Scalar int32 position to write.
+
+    Returns:
+        The cache with `new` at position `index`.
+    """
+    zero = jnp.zeros((), jnp.int32)
+    return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (zero, index, zero, zero))
+
+
+def padding_mask(attention_mask: chex.Array | None, batch: int, length: int) -> chex.Array:
+    """Key mask [batch, 1, 1, length] from a [batch, length] 0/1 mask (None: all ones)."""
+    if attention_mask is None:
+        return jnp.ones((batch, 1, 1, length), bool)
+    return attention_mask.astype(bool)[:, None, None, :]
+
+
+def causal_mask(length: int) -> chex.Array:
+    """[1, 1, length, length] lower-triangular boolean mask."""
+    return jnp.tril(jnp.ones((length, length), bool))[None, None]

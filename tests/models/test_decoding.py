@@ -1,0 +1,130 @@
+"""Greedy and beam search agree token for token with transformers' generate."""
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from dpnmt.models import decoding
+from tests.models import hf_models
+
+MAX_NEW = 10
+
+
+def _until_eos(row, eos):
+    row = list(int(t) for t in row)
+    return row[: row.index(eos) + 1] if eos in row else row
+
+
+@functools.cache
+def _setup(kind):
+    """HF model, its converted twin, a padded batch and HF greedy output."""
+    hf = hf_models.hf_model(kind, diverse=True)
+    config, model, params = hf_models.convert_model(hf)
+    ids, mask, _, _ = hf_models.padded_batch(seed=3, batch=6, src_len=12, tgt_len=4)
+    return hf, config, model, params, ids, mask
+
+
+def _hf_generate(hf, ids, mask, **kwargs):
+    with torch.no_grad():
+        out = hf.generate(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            max_new_tokens=MAX_NEW,
+            do_sample=False,
+            forced_eos_token_id=None,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            **kwargs,
+        )
+    return out.numpy()[:, 1:]
+
+
+def _pick_eos(hf, ids, mask, **kwargs):
+    """An EOS id with which HF ends several hypotheses early (not at step 0).
+
+    Random tiny models rarely emit their real EOS; using as EOS a token the model
+    does produce makes the comparison cover finished hypotheses, length
+    penalties and early stopping. Returns (eos, HF output with that EOS).
+    """
+    greedy = _hf_generate(hf, ids, mask, **{**kwargs, "num_beams": 1})
+    tokens, counts = np.unique(greedy, return_counts=True)
+    best = None
+    for eos in tokens[np.argsort(-counts, kind="stable")][:6]:  # the 6 most frequent
+        out = _hf_generate(hf, ids, mask, eos_token_id=int(eos), **kwargs)
+        lengths = [len(_until_eos(row, eos)) for row in out]
+        early = sum(1 < n < MAX_NEW for n in lengths)
+        if best is None or early > best[0]:
+            best = (early, int(eos), out)
+    return best[1], best[2]
+
+
+CASES = [
+    # kind, num_beams, length_penalty, early_stopping, forced bos
+    ("t5_v1", 1, 1.0, False, None),
+    ("t5_v1", 4, 1.0, False, None),
+    ("mt5", 3, 2.0, True, None),
+    ("mt5", 4, 0.5, "never", None),
+    ("mbart", 1, 1.0, False, 7),
+    ("mbart", 4, -0.5, False, 7),
+]
+
+
+@pytest.mark.parametrize("kind,num_beams,length_penalty,early_stopping,forced_bos", CASES)
+def test_matches_transformers_generate(kind, num_beams, length_penalty, early_stopping, forced_bos):
+    hf, config, model, params, ids, mask = _setup(kind)
+    pad = config.pad_token_id
+    eos, expected = _pick_eos(
+        hf,
+        ids,
+        mask,
+        num_beams=num_beams,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+        decoder_start_token_id=config.decoder_start_token_id,
+        pad_token_id=pad,
+        forced_bos_token_id=forced_bos,
+    )
+    gen = decoding.GenerationConfig(
+        max_new_tokens=MAX_NEW,
+        decoder_start_token_id=config.decoder_start_token_id,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        num_beams=num_beams,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+        forced_bos_token_id=forced_bos,
+    )
+    tokens, scores = decoding.generate(model, params, jnp.asarray(ids), jnp.asarray(mask), gen)
+    tokens = np.asarray(tokens)
+    assert tokens.shape == (ids.shape[0], MAX_NEW)
+    assert np.all(np.isfinite(np.asarray(scores)))
+    lengths = []
+    for row, ref in zip(tokens, expected, strict=True):
+        ours = _until_eos(row, eos)
+        assert ours == _until_eos(ref, eos)
+        assert np.all(row[len(ours) :] == pad)
+        lengths.append(len(ours))
+    # The comparison covered hypotheses that ended early (after the first step).
+    assert any(1 < n < MAX_NEW for n in lengths)
+    if forced_bos is not None:
+        assert np.all(tokens[:, 0] == forced_bos)
+
+
+def test_forced_eos_ends_every_sentence():
+    _, config, model, params, ids, mask = _setup("mbart")
+    gen = decoding.from_model_config(
+        config, MAX_NEW, num_beams=1, forced_eos_token_id=5, eos_token_id=5
+    )
+    tokens, _ = decoding.generate(model, params, jnp.asarray(ids), jnp.asarray(mask), gen)
+    for row in np.asarray(tokens):
+        assert 5 in row.tolist()
+
+
+def test_invalid_settings_are_rejected():
+    with pytest.raises(ValueError, match="early_stopping"):
+        decoding.GenerationConfig(4, 0, 1, 0, num_beams=2, early_stopping="sometimes")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        decoding.GenerationConfig(0, 0, 1, 0)
