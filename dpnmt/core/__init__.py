@@ -25,7 +25,7 @@ from dpnmt.core.clipping import (
     per_example_l2_norms,
     private_grad_sum,
 )
-from dpnmt.core.noise import add_gaussian_noise, fresh_seed, noise_key_for_step
+from dpnmt.core.noise import add_gaussian_noise, fresh_seed, key_from_seed, noise_key_for_step
 
 __all__ = [
     "Accountant",
@@ -43,6 +43,7 @@ __all__ = [
     "epsilon_if_poisson_not_a_guarantee",
     "fresh_seed",
     "init_accumulator",
+    "key_from_seed",
     "noise_key_for_step",
     "noisy_average",
     "per_example_l2_norms",

@@ -38,10 +38,14 @@ def init_accumulator(params: chex.ArrayTree) -> AccumulatorState:
       params: pytree of (trainable) parameters.
 
     Returns:
-      `AccumulatorState` with float zeros in the dtype of each parameter.
+      `AccumulatorState` with zeros shaped like each parameter, in float32 (or
+      wider): low-precision sums would break the sensitivity bound C.
     """
     return AccumulatorState(
-        grad_sum=jax.tree_util.tree_map(jnp.zeros_like, params),
+        grad_sum=jax.tree_util.tree_map(
+            lambda p: jnp.zeros(jnp.shape(p), jnp.promote_types(jnp.result_type(p), jnp.float32)),
+            params,
+        ),
         num_examples=jnp.zeros((), jnp.int32),
     )
 

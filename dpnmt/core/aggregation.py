@@ -19,7 +19,6 @@ requires.
 from typing import NamedTuple
 
 import chex
-import jax
 import jax.numpy as jnp
 import optax
 
@@ -46,7 +45,7 @@ def dp_aggregate(
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
       seed: integer seed of the noise key sequence. The key of release k is
-        `noise_key_for_step(key(seed), k)`, so restoring the state resumes
+        `noise_key_for_step(key_from_seed(seed), k)`, so restoring the state resumes
         the sequence. Use `fresh_seed()` for a release run.
 
     Returns:
@@ -60,7 +59,7 @@ def dp_aggregate(
 
     def init_fn(params):
         del params
-        return DpAggregateState(jax.random.key(seed), jnp.zeros((), jnp.int32))
+        return DpAggregateState(noise.key_from_seed(seed), jnp.zeros((), jnp.int32))
 
     def update_fn(updates, state, params=None, *, mask=None, **extra_args):
         del params, extra_args

@@ -56,8 +56,10 @@ def clip_and_sum(
       mask: optional `[B]` (bool or 0/1); rows with 0 are ignored.
 
     Returns:
-      `(grad_sum, norms)`: `grad_sum` has the structure and dtypes of one
-      example's gradient (leaves without the `B` axis); `norms` is float32 `[B]`,
+      `(grad_sum, norms)`: `grad_sum` has the structure of one example's
+      gradient (leaves without the `B` axis), in float32 or wider: a bfloat16
+      sum would round by a whole ulp of the sum, far more than C, when one
+      example is removed. `norms` is float32 `[B]`,
       the unclipped norms (non-finite where the example was dropped as
       non-finite; see `count_nonfinite`).
     """
@@ -76,7 +78,7 @@ def clip_and_sum(
         # `where`, not only multiply: 0 * NaN is NaN.
         compute_dtype = jnp.promote_types(leaf.dtype, jnp.float32)
         clipped = jnp.where(row_keep, leaf.astype(compute_dtype) * row_scale, 0.0)
-        return jnp.sum(clipped, axis=0).astype(leaf.dtype)
+        return jnp.sum(clipped, axis=0)
 
     return jax.tree_util.tree_map(_sum, per_example_grads), norms
 

@@ -55,10 +55,30 @@ def noise_key_for_step(base_key: chex.PRNGKey, step) -> chex.PRNGKey:
     return jax.random.fold_in(base_key, step)
 
 
+def key_from_seed(seed: int) -> chex.PRNGKey:
+    """A PRNG key that depends on all 63 bits of `seed`.
+
+    `jax.random.key(seed)` keeps only the low 32 bits unless 64-bit mode is on,
+    so seeds differing above bit 32 would give the same noise. The high bits
+    are folded in.
+
+    Args:
+      seed: non-negative integer < 2**63 (e.g. from `fresh_seed()`).
+
+    Returns:
+      A PRNG key.
+    """
+    seed = int(seed)
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be in [0, 2**63), got {seed}.")
+    return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), seed >> 32)
+
+
 def fresh_seed() -> int:
     """A 63-bit seed from the operating system's CSPRNG, for release runs.
 
     Fixed seeds are for tests and debugging; a run whose ε is published should
     draw its noise seed here (and record it only in its private checkpoint).
+    Turn it into a key with `key_from_seed`, which keeps all 63 bits.
     """
     return secrets.randbits(63)

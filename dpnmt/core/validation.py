@@ -18,8 +18,10 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
     Tracers (values inside `jax.jit`) are passed through unchecked: validate
     them before jitting.
     """
-    if not is_concrete(value) or getattr(value, "ndim", 0) > 0:
+    if not is_concrete(value):
         return
+    if getattr(value, "ndim", 0) > 0:
+        raise ValueError(f"{name} must be a scalar, got an array of shape {value.shape}.")
     value = float(value)
     ok = value >= 0 if allow_zero else value > 0
     if not ok or not math.isfinite(value):

@@ -29,7 +29,7 @@ class DpAggregateTest(absltest.TestCase):
             noisy, state = update(self.per_example, state, self.params, mask=self.mask)
             grad_sum, _ = core.clip_and_sum(self.per_example, 0.5, self.mask)
             acc = core.accumulate(core.init_accumulator(self.params), grad_sum, 4)
-            key = core.noise_key_for_step(jax.random.key(11), step)
+            key = core.noise_key_for_step(core.key_from_seed(11), step)
             expected = core.noisy_average(acc, key, 1.2, 0.5, 6.0)
             chex.assert_trees_all_close(noisy, expected, rtol=1e-6, atol=1e-7)
         self.assertEqual(int(state.count), 3)

@@ -102,10 +102,10 @@ class ClippingTest(parameterized.TestCase):
         self.assertEqual(int(core.count_nonfinite(norms)), 2)
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_dtype_preserved(self):
+    def test_low_precision_gradients_are_summed_in_float32(self):
         grads = {"w": jnp.ones((3, 5), jnp.bfloat16)}
         grad_sum, norms = self.variant(core.clip_and_sum, static_argnums=1)(grads, 1.0)
-        self.assertEqual(grad_sum["w"].dtype, jnp.bfloat16)
+        self.assertEqual(grad_sum["w"].dtype, jnp.float32)
         self.assertEqual(norms.dtype, jnp.float32)
 
     def test_rejects_nonpositive_clip(self):
