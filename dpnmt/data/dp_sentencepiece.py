@@ -36,6 +36,7 @@ import collections
 import dataclasses
 import math
 import os
+import secrets
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable
@@ -224,7 +225,7 @@ def train_dp_sentencepiece(
     *,
     vocab_size: int,
     params: DPVocabularyParams,
-    seed: int,
+    seed: int | None = None,
     model_type: str = "unigram",
     character_coverage: float = 1.0,
     byte_fallback: bool = True,
@@ -237,8 +238,10 @@ def train_dp_sentencepiece(
         one example (the unit of privacy).
       vocab_size: target vocabulary size (smaller if few words survive).
       params: sigma, delta, max_words, max_count_per_word.
-      seed: seed of the noise generator and of SentencePiece; never reuse it for
-        another noise draw.
+      seed: seed of the noise generator (and of SentencePiece's own sampling).
+        None (releases) draws one from the OS. It is as private as the data:
+        anyone who knows it can regenerate and subtract the noise. Fixed seeds
+        are for tests.
       model_type: "unigram" or "bpe" (the DP step is independent of the model type).
       character_coverage: SentencePiece character coverage over surviving words.
       byte_fallback: encode characters of dropped words as bytes (public: 256
@@ -253,6 +256,8 @@ def train_dp_sentencepiece(
     Raises:
       ValueError: no word survived the threshold.
     """
+    if seed is None:
+        seed = secrets.randbits(63)
     histogram = word_histogram(
         examples,
         max_words=params.max_words,
@@ -282,19 +287,22 @@ def train_dp_sentencepiece(
                 model_type=model_type,
                 character_coverage=character_coverage,
                 byte_fallback=byte_fallback,
-                seed=seed,
+                seed=seed % 2**31,
             ),
         )
         tokenizer = SentencePieceTokenizer.load(model_path + ".model")
     record = VocabularyRecord(
         kind="dp_sentencepiece",
         covered_by_guarantee=True,
-        epsilon=params.epsilon,
+        # The classical formula is only proven for eps < 1 and understates eps
+        # above ~10; the exact Gaussian eps is valid everywhere. Record the larger.
+        epsilon=max(params.epsilon, params.epsilon_analytic),
         delta=params.delta,
         note=(
-            f"DP-SentencePiece vocabulary: (eps={params.epsilon:.4g}, delta={params.delta:.3g}) "
-            f"by the Gaussian bound; exact Gaussian eps={params.epsilon_analytic:.4g}. Compose "
-            "with DP-SGD's guarantee by basic composition (eps and delta add)."
+            f"DP-SentencePiece vocabulary: (eps={max(params.epsilon, params.epsilon_analytic):.4g}"
+            f", delta={params.delta:.3g}), the larger of the classical Gaussian bound "
+            f"({params.epsilon:.4g}) and the exact Gaussian eps ({params.epsilon_analytic:.4g}). "
+            "Compose with DP-SGD's guarantee by basic composition (eps and delta add)."
         ),
         details={
             "noise_stddev": params.noise_stddev,
@@ -302,11 +310,12 @@ def train_dp_sentencepiece(
             "max_count_per_word": params.max_count_per_word,
             "l2_sensitivity": params.l2_sensitivity,
             "threshold": params.threshold,
+            "epsilon_classical_formula": params.epsilon,
             "epsilon_analytic": params.epsilon_analytic,
             "num_words_kept": len(survivors),
             "vocab_size": tokenizer.vocab_size,
             "model_type": model_type,
-            "seed": seed,
+            # No seed here: whoever knows it can regenerate and subtract the noise.
         },
     )
     return tokenizer, record

@@ -138,7 +138,9 @@ def test_train_records_privacy_and_round_trips(private_pairs):
         private_pairs, vocab_size=400, params=params, seed=5
     )
     assert record.kind == "dp_sentencepiece" and record.covered_by_guarantee
-    assert record.epsilon == params.epsilon and record.delta == params.delta
+    assert record.epsilon == max(params.epsilon, params.epsilon_analytic)
+    assert record.delta == params.delta
+    assert "seed" not in record.details
     assert record.details["epsilon_analytic"] == params.epsilon_analytic
     texts = [s for s, _ in private_pairs[:20]] + ["unseen wörds çà 123"]
     assert tokenizer.decode(tokenizer.encode(texts)) == texts
