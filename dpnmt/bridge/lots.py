@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
+import jax
 import numpy as np
 import torch
 from opacus.data_loader import DPDataLoader
@@ -239,6 +240,13 @@ class PoissonLots:
         self._num_steps_per_epoch = self._num_examples // self._expected_lot_size
         self._secure_rng = secure_rng
         if secure_rng:
+            if jax.process_count() > 1:
+                raise ValueError(
+                    "secure_rng=True draws different lots in each of the "
+                    f"{jax.process_count()} processes; multi-process runs need one lot per "
+                    "step: pass the same secret seed (e.g. core.fresh_seed() on process 0, "
+                    "broadcast) to every process instead."
+                )
             if seed is not None:
                 raise ValueError(f"seed = {seed} is not allowed with secure_rng=True.")
             self._generator = _secure_generator()
