@@ -1,0 +1,24 @@
+"""Business Scene Dialogue ja-en, pretrained mT5-small, DP fine-tuning.
+
+Offline (no train.json in the shared copy) the run trains on the dev split:
+`data.bsd_train_split = "dev"` says so explicitly.
+"""
+
+from dpnmt import config_lib
+
+
+def _customize(c):
+    c.data.corpus = "bsd"
+    c.data.pair = "ja-en"
+    c.data.max_source_length = 96
+    c.data.max_target_length = 96
+    c.model.name_or_path = "google/mt5-small"
+    c.tokenizer.kind = "pretrained"
+    c.train.expected_lot_size = 1024
+    c.train.physical_batch_size = 16
+    c.train.num_epochs = 10
+    c.eval.max_new_tokens = 96
+
+
+def get_config(arg=None):
+    return config_lib.make_config(arg, _customize)

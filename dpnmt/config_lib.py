@@ -1,0 +1,160 @@
+"""Experiment configs: the shared base config and `:variant` string parsing.
+
+Config files in `configs/` call `make_config(arg, ...)`: `arg` is the text after
+the first `:` of `--config=configs/x.py:eps5,shuffle`. Privacy variants set the
+target ε, sampling variants the lot sampling. Unknown variants fail, listing the
+valid ones.
+"""
+
+from collections.abc import Callable
+
+import ml_collections
+from ml_collections import config_dict
+
+# Privacy variants: target ε of DP-SGD (None = non-private training).
+PRIVACY_VARIANTS: dict[str, float | None] = {
+    "eps1": 1.0,
+    "eps5": 5.0,
+    "eps8": 8.0,
+    "eps1000": 1000.0,
+    "nonprivate": None,
+}
+SAMPLING_VARIANTS = ("poisson", "shuffle")
+
+
+def parse_variants(arg: str | None) -> tuple[str, str | None]:
+    """Parses "eps5,shuffle" into (privacy variant, sampling variant or None).
+
+    Args:
+      arg: comma-separated variant names, or None/"" for the defaults.
+
+    Returns:
+      (privacy variant name, "poisson" | "shuffle" | None).
+
+    Raises:
+      ValueError: an unknown or repeated variant, listing the valid ones.
+    """
+    privacy, sampling = None, None
+    for name in filter(None, (part.strip() for part in (arg or "").split(","))):
+        if name in PRIVACY_VARIANTS:
+            if privacy is not None:
+                raise ValueError(f"Two privacy variants: {privacy!r} and {name!r}; give one.")
+            privacy = name
+        elif name in SAMPLING_VARIANTS:
+            if sampling is not None:
+                raise ValueError(f"Two sampling variants: {sampling!r} and {name!r}; give one.")
+            sampling = name
+        else:
+            raise ValueError(
+                f"Unknown config variant {name!r}. Valid: privacy {sorted(PRIVACY_VARIANTS)}, "
+                f"sampling {list(SAMPLING_VARIANTS)} (e.g. ':eps5,shuffle')."
+            )
+    return privacy or "eps8", sampling
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Every field of an experiment, with its meaning; configs/ override them."""
+    c = ml_collections.ConfigDict()
+    c.variant = ""  # The `:variant` string this config was built from (record only).
+    c.seed = 0  # Public seed: parameter init, data order of shuffled lots, Poisson draws.
+    # Noise seed: None draws one from the OS (release runs); an int is for tests only.
+    c.noise_seed = config_dict.placeholder(int)
+
+    c.data = ml_collections.ConfigDict()
+    c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
+    c.data.pair = "es-en"  # Translation direction "src-tgt".
+    c.data.dir = config_dict.placeholder(str)  # Local corpus folder; None: $DPNMT_DATA_DIR/hub.
+    c.data.validation_size = config_dict.placeholder(int)  # Pairs carved off train, if needed.
+    c.data.bsd_train_split = config_dict.placeholder(str)  # BSD offline: "dev" (no train.json).
+    c.data.max_source_length = 64  # Source tokens per example (specials included).
+    c.data.max_target_length = 64  # Target tokens per example (specials included).
+    c.data.max_train_examples = config_dict.placeholder(int)  # Keep the first K train pairs.
+    c.data.max_eval_examples = 200  # Validation pairs scored by BLEU during training.
+    c.data.max_test_examples = config_dict.placeholder(int)  # Test pairs scored (None: all).
+    c.data.detokenize = False  # Moses-detokenise before BLEU (WMT sample is tokenised).
+
+    c.tokenizer = ml_collections.ConfigDict()
+    # pretrained (the model's own) | dp_sentencepiece | sentencepiece_public |
+    # sentencepiece_private (only with private_data_ok: NOT covered by the guarantee).
+    c.tokenizer.kind = "dp_sentencepiece"
+    c.tokenizer.vocab_size = 1000  # SentencePiece vocabulary size (pieces).
+    c.tokenizer.model_type = "unigram"  # SentencePiece algorithm: unigram | bpe.
+    c.tokenizer.public_text_paths = ()  # sentencepiece_public: public text files.
+    c.tokenizer.private_data_ok = False  # sentencepiece_private: explicit opt-in.
+    c.tokenizer.dp_noise_stddev = 20.0  # DP-SentencePiece: σ of each word count.
+    c.tokenizer.dp_delta = 1e-9  # DP-SentencePiece: its δ (composed with DP-SGD's).
+    c.tokenizer.dp_max_words = 64  # DP-SentencePiece: words kept per pair.
+
+    c.model = ml_collections.ConfigDict()
+    c.model.name_or_path = config_dict.placeholder(str)  # Pretrained: hub name or local dir.
+    c.model.family = "t5"  # t5 (task prefix) | mbart (language codes) | none.
+    c.model.source_prefix = config_dict.placeholder(str)  # Override the T5 task prefix.
+    # From-scratch T5 (used when name_or_path is None).
+    c.model.d_model = 128  # Residual width.
+    c.model.d_kv = 32  # Width of one attention head.
+    c.model.d_ff = 256  # Feed-forward width.
+    c.model.num_layers = 2  # Encoder blocks.
+    c.model.num_decoder_layers = 2  # Decoder blocks.
+    c.model.num_heads = 4  # Attention heads.
+    c.model.feed_forward_proj = "gated-gelu"  # relu (T5 v1.0) | gated-gelu (v1.1/mT5).
+    c.model.dropout_rate = 0.1  # Dropout; each example gets its own key.
+    # Regex over parameter paths ("encoder/.../kernel"); only matches are trained
+    # and get per-example gradients. None trains everything.
+    c.model.trainable = config_dict.placeholder(str)
+
+    c.dp = ml_collections.ConfigDict()
+    c.dp.enabled = True  # False: plain mini-batch training, no clipping or noise.
+    c.dp.target_epsilon = config_dict.placeholder(float)  # Calibrate σ to this DP-SGD ε.
+    c.dp.noise_multiplier = config_dict.placeholder(float)  # Or give σ and report ε.
+    c.dp.l2_clip = 1.0  # Per-example clipping norm C.
+    c.dp.delta = 1e-8  # δ of DP-SGD (the paper's value).
+    c.dp.accountant = "pld"  # pld (tight) | rdp.
+    c.dp.sampling = "poisson"  # poisson (guarantee with amplification) | shuffle.
+    c.dp.secure_rng = False  # Opacus' secure generator for Poisson lots (releases).
+
+    c.train = ml_collections.ConfigDict()
+    c.train.expected_lot_size = 64  # L: expected examples per lot (q = L/N).
+    c.train.physical_batch_size = 16  # b: rows per micro-batch (a multiple of devices).
+    c.train.num_epochs = 2  # Epochs; Poisson: T = round(epochs * N / L) lots.
+    c.train.optimizer = "adam"  # sgd | adam | adamw | adafactor.
+    c.train.learning_rate = 1e-3  # Peak learning rate.
+    c.train.warmup_steps = 5  # Linear warm-up steps.
+    c.train.decay = "linear"  # Decay after warm-up: constant | linear | cosine.
+    c.train.weight_decay = 0.0  # adamw only.
+    c.train.eval_every_steps = 50  # Validation loss + BLEU every K steps (0: only at end).
+    c.train.early_stopping_patience = 0  # Stop after P evals without BLEU gain (0: never).
+    c.train.checkpoint_every_steps = 50  # Save every K steps (and at the end).
+    c.train.log_every_steps = 10  # Log loss and ε spent every K steps.
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.num_beams = 1  # 1: greedy; > 1: beam search.
+    c.eval.length_penalty = 1.0  # Beam search length penalty.
+    c.eval.max_new_tokens = 64  # Generated tokens per sentence.
+    c.eval.batch_size = 32  # Sentences per decoding batch.
+    c.eval.bertscore = False  # Also score BERTScore on the test split.
+    c.eval.bertscore_model = config_dict.placeholder(str)  # None: offline MiniLM package.
+    return c
+
+
+def make_config(
+    arg: str | None, customize: Callable[[ml_collections.ConfigDict], None] | None = None
+) -> ml_collections.ConfigDict:
+    """The base config, customised by a config file, then its variants applied.
+
+    Args:
+      arg: the `:variant` string (e.g. "eps5,shuffle").
+      customize: the config file's own settings, applied before the variants.
+
+    Returns:
+      The resolved ConfigDict.
+    """
+    privacy, sampling = parse_variants(arg)
+    config = base_config()
+    config.variant = arg or ""
+    if customize is not None:
+        customize(config)
+    target = PRIVACY_VARIANTS[privacy]
+    config.dp.enabled = target is not None
+    config.dp.target_epsilon = target
+    config.dp.sampling = sampling or ("poisson" if target is not None else "shuffle")
+    return config

@@ -1,0 +1,59 @@
+r"""Translates a split with a trained model and scores it (BLEU, chrF, BERTScore).
+
+    python -m dpnmt.decode --workdir=runs/tiny --split=test
+    python -m dpnmt.decode --config=configs/clinspen.py:nonprivate \
+        --workdir=runs/zero_shot --zero_shot        # pretrained baseline
+
+Writes `hypotheses.<split>.txt` and `results.json` (scores and the run's privacy
+report) into `<workdir>/decode_<split>`. Logic: `dpnmt.inference`.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from dpnmt import inference
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file (only for --zero_shot; a run's own config is read from --workdir)."
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "The training run's folder.")
+_SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split to translate.")
+_MAX_EXAMPLES = flags.DEFINE_integer("max_examples", None, "Translate only the first N pairs.")
+_NUM_BEAMS = flags.DEFINE_integer("num_beams", None, "Override eval.num_beams (1 = greedy).")
+_BERTSCORE = flags.DEFINE_boolean("bertscore", True, "Also compute BERTScore.")
+_BERTSCORE_MODEL = flags.DEFINE_string(
+    "bertscore_model", None, "BERTScore encoder (default: the offline all-MiniLM-L6-v2 package)."
+)
+_ZERO_SHOT = flags.DEFINE_boolean(
+    "zero_shot", False, "Decode --config's pretrained model without training (baseline)."
+)
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv):
+    """Loads the run (or pretrained model), decodes and scores."""
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.INFO)
+    if _ZERO_SHOT.value:
+        if _CONFIG.value is None:
+            raise app.UsageError("--zero_shot needs --config naming a pretrained model.")
+        config = _CONFIG.value
+    else:
+        config = inference.load_run_config(_WORKDIR.value)
+    if _NUM_BEAMS.value is not None:
+        config.eval.num_beams = _NUM_BEAMS.value
+    if _BERTSCORE_MODEL.value is not None:
+        config.eval.bertscore_model = _BERTSCORE_MODEL.value
+    inference.decode_and_score(
+        config,
+        _WORKDIR.value,
+        split=_SPLIT.value,
+        max_examples=_MAX_EXAMPLES.value,
+        bertscore=_BERTSCORE.value,
+        zero_shot=_ZERO_SHOT.value,
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

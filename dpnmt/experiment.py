@@ -1,0 +1,163 @@
+"""Builds a run's pieces from its config: corpus, tokenizer, tokenized splits, model.
+
+Shared by the training and decoding apps, so both see the same data and model.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any
+
+import datasets
+import jax
+import ml_collections
+
+from dpnmt import models
+from dpnmt.data import corpora, dp_sentencepiece, tokenizers
+from dpnmt.data import preprocess as preprocess_lib
+from dpnmt.data.languages import parse_pair
+
+TOKENIZER_FILE = "tokenizer.model"
+VOCABULARY_RECORD_FILE = "vocabulary.json"
+
+
+def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
+    """The corpus named by `config.data`, train split limited if asked."""
+    kwargs: dict[str, Any] = {}
+    if config.data.dir is not None:
+        kwargs["data_dir"] = config.data.dir
+    if config.data.validation_size is not None:
+        kwargs["validation_size"] = config.data.validation_size
+    if config.data.bsd_train_split is not None:
+        kwargs["train_split"] = config.data.bsd_train_split
+    corpus = corpora.load_corpus(config.data.corpus, config.data.pair, **kwargs)
+    limit = config.data.max_train_examples
+    if limit is not None and limit < len(corpus["train"]):
+        logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
+        corpus["train"] = corpus["train"].select(range(limit))
+    return corpus
+
+
+def _mbart_langs(config) -> tuple[str | None, str | None]:
+    if config.model.family != "mbart":
+        return None, None
+    from dpnmt.data.languages import mbart_codes
+
+    pair = parse_pair(config.data.pair)
+    return mbart_codes(pair)
+
+
+def build_tokenizer(
+    config: ml_collections.ConfigDict,
+    corpus: datasets.DatasetDict,
+    workdir: str,
+    *,
+    noise_seed: int,
+) -> tuple[tokenizers.Tokenizer, tokenizers.VocabularyRecord]:
+    """The run's tokenizer: reloaded from `workdir` if saved, else built and saved.
+
+    A vocabulary learnt from the private split is saved on first use and always
+    reloaded afterwards: learning it again would spend its privacy again.
+
+    Args:
+      config: the run config (`config.tokenizer`, `config.model`).
+      corpus: the loaded corpus (its train split is private).
+      workdir: the run's folder.
+      noise_seed: seed of DP-SentencePiece's noise.
+
+    Returns:
+      (tokenizer, record of how the vocabulary was made).
+    """
+    kind = config.tokenizer.kind
+    src_lang, tgt_lang = _mbart_langs(config)
+    if kind == "pretrained":
+        if config.model.name_or_path is None:
+            raise ValueError("tokenizer.kind='pretrained' needs model.name_or_path.")
+        return tokenizers.load_pretrained_tokenizer(
+            config.model.name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
+        )
+    model_path = os.path.join(workdir, TOKENIZER_FILE)
+    record_path = os.path.join(workdir, VOCABULARY_RECORD_FILE)
+    if os.path.exists(model_path) and os.path.exists(record_path):
+        with open(record_path) as f:
+            record = tokenizers.VocabularyRecord(**json.load(f))
+        return tokenizers.SentencePieceTokenizer.load(model_path), record
+    pair = parse_pair(config.data.pair)
+    train = corpus["train"]["translation"]
+    common = dict(vocab_size=config.tokenizer.vocab_size, model_type=config.tokenizer.model_type)
+    if kind == "dp_sentencepiece":
+        params = dp_sentencepiece.DPVocabularyParams(
+            noise_stddev=config.tokenizer.dp_noise_stddev,
+            delta=config.tokenizer.dp_delta,
+            max_words=config.tokenizer.dp_max_words,
+        )
+        examples = [(row[pair.source], row[pair.target]) for row in train]
+        tokenizer, record = dp_sentencepiece.train_dp_sentencepiece(
+            examples, params=params, seed=noise_seed, **common
+        )
+    elif kind == "sentencepiece_public":
+        tokenizer, record = tokenizers.train_sentencepiece(
+            list(config.tokenizer.public_text_paths), **common
+        )
+    elif kind == "sentencepiece_private":
+        texts = [row[side] for row in train for side in (pair.source, pair.target)]
+        tokenizer, record = tokenizers.train_private_sentencepiece(
+            texts, private_data_ok=config.tokenizer.private_data_ok, **common
+        )
+    else:
+        raise ValueError(
+            f"tokenizer.kind={kind!r} is unknown; use pretrained, dp_sentencepiece, "
+            "sentencepiece_public or sentencepiece_private."
+        )
+    os.makedirs(workdir, exist_ok=True)
+    tokenizer.save(model_path)
+    with open(record_path, "w") as f:
+        json.dump(dataclasses.asdict(record), f, indent=2, default=str)
+    return tokenizer, record
+
+
+def tokenize_corpus(
+    config: ml_collections.ConfigDict,
+    corpus: datasets.DatasetDict,
+    tokenizer: tokenizers.Tokenizer,
+) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
+    """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
+    return preprocess_lib.preprocess(
+        corpus,
+        tokenizer,
+        pair=config.data.pair,
+        family=config.model.family,
+        max_source_length=config.data.max_source_length,
+        max_target_length=config.data.max_target_length,
+        source_prefix=config.model.source_prefix,
+    )
+
+
+def build_model(
+    config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer, rng: jax.Array
+) -> tuple[Any, Any, Any]:
+    """(flax module, its model config, initial params): pretrained or from scratch."""
+    if config.model.name_or_path is not None:
+        model, params, _ = models.load_pretrained(config.model.name_or_path)
+        return model, model.config, params
+    gated = config.model.feed_forward_proj.startswith("gated-")
+    model_config = models.T5Config(
+        model_type="t5",
+        vocab_size=tokenizer.vocab_size,
+        d_model=config.model.d_model,
+        d_kv=config.model.d_kv,
+        d_ff=config.model.d_ff,
+        num_layers=config.model.num_layers,
+        num_decoder_layers=config.model.num_decoder_layers,
+        num_heads=config.model.num_heads,
+        dropout_rate=config.model.dropout_rate,
+        feed_forward_proj=config.model.feed_forward_proj,
+        tie_word_embeddings=not gated,
+        scale_decoder_outputs=not gated,
+        pad_token_id=tokenizer.pad_id,
+        eos_token_id=tokenizer.eos_id,
+        decoder_start_token_id=tokenizer.pad_id,
+    )
+    model = models.create_model(model_config)
+    return model, model_config, models.init_params(model, rng)

@@ -1,0 +1,130 @@
+"""Decoding a trained (or pretrained) model and scoring it: the library behind `dpnmt.decode`."""
+
+import dataclasses
+import json
+import logging
+import os
+
+import jax
+import ml_collections
+
+from dpnmt import bridge, checkpointing, experiment, models, privacy, trainer
+from dpnmt.data import tokenizers
+
+
+def load_run_config(workdir: str) -> ml_collections.ConfigDict:
+    """The resolved config a training run wrote into `workdir`."""
+    path = os.path.join(workdir, trainer.CONFIG_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{path} does not exist: --workdir must be a training run's folder "
+            "(or pass --config and --pretrained for a zero-shot baseline)."
+        )
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def decode_and_score(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    split: str = "test",
+    max_examples: int | None = None,
+    bertscore: bool = True,
+    output_dir: str | None = None,
+    zero_shot: bool = False,
+) -> dict:
+    """Translates a split by generation, scores it, writes hypotheses and results.json.
+
+    Args:
+      config: the run config (`load_run_config`), or a config for a pretrained
+        model when `zero_shot`.
+      workdir: the training run's folder (checkpoint, tokenizer); ignored for
+        reading when `zero_shot`.
+      split: "validation" or "test".
+      max_examples: score only the first pairs of the split.
+      bertscore: also compute BERTScore (`config.eval.bertscore_model`, default
+        the offline MiniLM encoder).
+      output_dir: where to write `hypotheses.<split>.txt` and `results.json`
+        (default `workdir/decode_<split>`).
+      zero_shot: decode the pretrained model named by `config.model.name_or_path`
+        without any training (baseline; no privacy cost).
+
+    Returns:
+      The results dict (scores, privacy report, decoding settings).
+    """
+    if split not in ("validation", "test"):
+        raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
+    corpus = experiment.load_corpus(config)
+    if zero_shot:
+        if config.model.name_or_path is None or config.tokenizer.kind != "pretrained":
+            raise ValueError("A zero-shot baseline needs a pretrained model and its tokenizer.")
+        tokenizer, vocabulary = experiment.build_tokenizer(config, corpus, workdir, noise_seed=0)
+    else:
+        if config.tokenizer.kind != "pretrained" and not os.path.exists(
+            os.path.join(workdir, experiment.TOKENIZER_FILE)
+        ):
+            raise FileNotFoundError(
+                f"{workdir} has no {experiment.TOKENIZER_FILE}; decode a finished training run."
+            )
+        # Reloads the run's saved vocabulary: never learns one again.
+        tokenizer, vocabulary = experiment.build_tokenizer(config, corpus, workdir, noise_seed=0)
+    tokenized, _ = experiment.tokenize_corpus(config, corpus, tokenizer)
+    model, model_config, params = experiment.build_model(
+        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+    )
+    report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
+    if not zero_shot:
+        params, plan, steps_done = _restore_params(config, workdir, params)
+        report = trainer.privacy_report(plan, steps_done, vocabulary)
+    evaluator = trainer.Evaluator(
+        config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
+    )
+    hypotheses, references = evaluator.translate(params, split, max_examples)
+    results = {
+        "split": split,
+        "scores": evaluator.scores(hypotheses, references, bertscore=bertscore),
+        "privacy": report,
+        "steps_done": steps_done,
+        "decoding": {
+            "num_beams": config.eval.num_beams,
+            "length_penalty": config.eval.length_penalty,
+            "max_new_tokens": config.eval.max_new_tokens,
+        },
+        "vocabulary": dataclasses.asdict(vocabulary)
+        if isinstance(vocabulary, tokenizers.VocabularyRecord)
+        else None,
+    }
+    output_dir = output_dir or os.path.join(workdir, f"decode_{split}")
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, f"hypotheses.{split}.txt"), "w", encoding="utf-8") as f:
+        f.writelines(h.replace("\n", " ") + "\n" for h in hypotheses)
+    with open(os.path.join(output_dir, trainer.RESULTS_FILE), "w") as f:
+        json.dump(results, f, indent=2, default=trainer._json_default)
+    logging.info("Decoded %s: %s", split, json.dumps(results["scores"], default=str))
+    return results
+
+
+def _restore_params(config, workdir: str, params):
+    """Params with the checkpoint's trainable part, the plan and the steps done."""
+    manager = checkpointing.make_manager(workdir)
+    if manager.latest_step() is None:
+        raise FileNotFoundError(
+            f"No checkpoint in {os.path.join(workdir, checkpointing.CHECKPOINT_DIR)}; "
+            "train first (python -m dpnmt.train) or decode zero-shot with --pretrained."
+        )
+    trainable_fn = (
+        models.regex_trainable(config.model.trainable)
+        if config.model.trainable
+        else lambda path, leaf: True
+    )
+    trainable, frozen = models.split_params(params, trainable_fn)
+    step = manager.latest_step()
+    meta = manager.restore(
+        step, args=checkpointing.ocp.args.Composite(meta=checkpointing.ocp.args.JsonRestore())
+    )["meta"]
+    plan = privacy.PrivacyPlan(**meta["plan"])
+    tx = trainer.make_optimizer(config.train, plan.num_steps)
+    like = {"trainable": trainable, "opt_state": tx.init(trainable)}
+    _, state, _ = checkpointing.restore_latest(manager, like)
+    return models.merge_params(state["trainable"], frozen), plan, meta["steps_done"]
