@@ -1,7 +1,7 @@
 """Business Scene Dialogue ja-en, pretrained mT5-small, DP fine-tuning.
 
-Offline (no train.json in the shared copy) the run trains on the dev split:
-`data.bsd_train_split = "dev"` says so explicitly.
+Offline (no train.json in the shared copy) say which split to train on:
+`--config.data.bsd_train_split=dev` (the loader refuses to guess).
 """
 
 from dpnmt import config_lib

@@ -56,9 +56,9 @@ def base_config() -> ml_collections.ConfigDict:
     """Every field of an experiment, with its meaning; configs/ override them."""
     c = ml_collections.ConfigDict()
     c.variant = ""  # The `:variant` string this config was built from (record only).
-    c.seed = 0  # Public seed: parameter init, data order of shuffled lots, Poisson draws.
+    c.seed = 0  # Public seed: parameter init and dropout. Lots come from the private seed.
     # Noise seed: None draws one from the OS (release runs); an int is for tests only.
-    c.noise_seed = config_dict.placeholder(int)
+    c.noise_seed = config_dict.placeholder(int)  # Private; see the line above.
 
     c.data = ml_collections.ConfigDict()
     c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
@@ -76,7 +76,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.tokenizer = ml_collections.ConfigDict()
     # pretrained (the model's own) | dp_sentencepiece | sentencepiece_public |
     # sentencepiece_private (only with private_data_ok: NOT covered by the guarantee).
-    c.tokenizer.kind = "dp_sentencepiece"
+    c.tokenizer.kind = "dp_sentencepiece"  # How the vocabulary is made (above).
     c.tokenizer.vocab_size = 1000  # SentencePiece vocabulary size (pieces).
     c.tokenizer.model_type = "unigram"  # SentencePiece algorithm: unigram | bpe.
     c.tokenizer.public_text_paths = ()  # sentencepiece_public: public text files.
@@ -100,7 +100,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.dropout_rate = 0.1  # Dropout; each example gets its own key.
     # Regex over parameter paths ("encoder/.../kernel"); only matches are trained
     # and get per-example gradients. None trains everything.
-    c.model.trainable = config_dict.placeholder(str)
+    c.model.trainable = config_dict.placeholder(str)  # Trainable-params regex (above).
 
     c.dp = ml_collections.ConfigDict()
     c.dp.enabled = True  # False: plain mini-batch training, no clipping or noise.

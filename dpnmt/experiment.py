@@ -53,7 +53,8 @@ def build_tokenizer(
     corpus: datasets.DatasetDict,
     workdir: str,
     *,
-    noise_seed: int,
+    noise_seed: int | None,
+    learn: bool = True,
 ) -> tuple[tokenizers.Tokenizer, tokenizers.VocabularyRecord]:
     """The run's tokenizer: reloaded from `workdir` if saved, else built and saved.
 
@@ -64,7 +65,9 @@ def build_tokenizer(
       config: the run config (`config.tokenizer`, `config.model`).
       corpus: the loaded corpus (its train split is private).
       workdir: the run's folder.
-      noise_seed: seed of DP-SentencePiece's noise.
+      noise_seed: seed of DP-SentencePiece's noise (private).
+      learn: False (resume, decode): only load the saved vocabulary; a missing
+        one is an error, never a reason to learn (and spend privacy) again.
 
     Returns:
       (tokenizer, record of how the vocabulary was made).
@@ -83,6 +86,12 @@ def build_tokenizer(
         with open(record_path) as f:
             record = tokenizers.VocabularyRecord(**json.load(f))
         return tokenizers.SentencePieceTokenizer.load(model_path), record
+    if not learn or os.path.exists(model_path) or os.path.exists(record_path):
+        raise FileNotFoundError(
+            f"{workdir} lacks its saved vocabulary ({TOKENIZER_FILE} and "
+            f"{VOCABULARY_RECORD_FILE} are both needed). It is not learnt again from the "
+            "private data: restore the files, or train in a new workdir."
+        )
     pair = parse_pair(config.data.pair)
     train = corpus["train"]["translation"]
     common = dict(vocab_size=config.tokenizer.vocab_size, model_type=config.tokenizer.model_type)

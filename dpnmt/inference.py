@@ -56,19 +56,12 @@ def decode_and_score(
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
     corpus = experiment.load_corpus(config)
-    if zero_shot:
-        if config.model.name_or_path is None or config.tokenizer.kind != "pretrained":
-            raise ValueError("A zero-shot baseline needs a pretrained model and its tokenizer.")
-        tokenizer, vocabulary = experiment.build_tokenizer(config, corpus, workdir, noise_seed=0)
-    else:
-        if config.tokenizer.kind != "pretrained" and not os.path.exists(
-            os.path.join(workdir, experiment.TOKENIZER_FILE)
-        ):
-            raise FileNotFoundError(
-                f"{workdir} has no {experiment.TOKENIZER_FILE}; decode a finished training run."
-            )
-        # Reloads the run's saved vocabulary: never learns one again.
-        tokenizer, vocabulary = experiment.build_tokenizer(config, corpus, workdir, noise_seed=0)
+    if zero_shot and (config.model.name_or_path is None or config.tokenizer.kind != "pretrained"):
+        raise ValueError("A zero-shot baseline needs a pretrained model and its tokenizer.")
+    # Reloads the run's saved vocabulary: never learns one again.
+    tokenizer, vocabulary = experiment.build_tokenizer(
+        config, corpus, workdir, noise_seed=None, learn=False
+    )
     tokenized, _ = experiment.tokenize_corpus(config, corpus, tokenizer)
     model, model_config, params = experiment.build_model(
         config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
@@ -98,11 +91,21 @@ def decode_and_score(
     output_dir = output_dir or os.path.join(workdir, f"decode_{split}")
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, f"hypotheses.{split}.txt"), "w", encoding="utf-8") as f:
-        f.writelines(h.replace("\n", " ") + "\n" for h in hypotheses)
-    with open(os.path.join(output_dir, trainer.RESULTS_FILE), "w") as f:
-        json.dump(results, f, indent=2, default=trainer._json_default)
+        # One line per hypothesis, whatever line breaks generation produced.
+        f.writelines(" ".join(h.splitlines()) + "\n" for h in hypotheses)
+    trainer.write_json(os.path.join(output_dir, trainer.RESULTS_FILE), results)
     logging.info("Decoded %s: %s", split, json.dumps(results["scores"], default=str))
     return results
+
+
+def load_trained_params(workdir: str):
+    """(params, plan, steps done) of the latest checkpoint of a training run."""
+    config = load_run_config(workdir)
+    tokenizer, _ = experiment.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
+    _, _, params = experiment.build_model(
+        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+    )
+    return _restore_params(config, workdir, params)
 
 
 def _restore_params(config, workdir: str, params):

@@ -105,10 +105,10 @@ def plan_privacy(dp_config, train_config, dataset_size: int) -> PrivacyPlan:
     lot_size, epochs = int(train_config.expected_lot_size), int(train_config.num_epochs)
     if dataset_size < 1:
         raise ValueError("The training split is empty after preprocessing.")
-    if not 1 <= lot_size <= dataset_size:
+    if not 1 <= lot_size < dataset_size:
         raise ValueError(
-            f"train.expected_lot_size={lot_size} must be in [1, N={dataset_size}] "
-            "(the training examples after preprocessing); lower it."
+            f"train.expected_lot_size={lot_size} must be in [1, N={dataset_size}) "
+            "(N: training examples after preprocessing); lower it."
         )
     if epochs < 1:
         raise ValueError(f"train.num_epochs={epochs} must be >= 1.")
@@ -123,13 +123,18 @@ def plan_privacy(dp_config, train_config, dataset_size: int) -> PrivacyPlan:
     sigma = 0.0
     if private:
         target, given = dp_config.target_epsilon, dp_config.noise_multiplier
-        if (target is None) == (given is None):
+        if target is None and given is None:
             raise ValueError(
-                "Set exactly one of dp.target_epsilon (σ is calibrated) and "
-                f"dp.noise_multiplier (ε is reported); got {target} and {given}."
+                "A private run needs dp.target_epsilon (σ is calibrated) or "
+                "dp.noise_multiplier (ε is reported)."
             )
-        if given is not None:
+        if given is not None:  # A given σ wins over a variant's target ε.
             sigma = float(given)
+            if not sigma > 0:
+                raise ValueError(
+                    f"dp.noise_multiplier={given} must be > 0 for a private run "
+                    "(use the :nonprivate variant for no noise)."
+                )
         elif dp_config.sampling == POISSON:
             sigma = core.calibrate_noise_multiplier(
                 float(target),

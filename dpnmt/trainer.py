@@ -9,6 +9,7 @@ which the sampler, the step and the accountant all read.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ from dpnmt import bridge, checkpointing, core, experiment, models, privacy
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 
 CONFIG_FILE = "config.json"
+PRIVATE_DIR = "private"  # Secret seed and sampler state: never publish this folder.
 RESULTS_FILE = "results.json"
 EXAMPLE_FIELDS = (INPUT_IDS, INPUT_LENGTH, LABELS, LABEL_LENGTH)
 
@@ -162,10 +164,25 @@ def _examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
 
 
 def check_workdir_config(workdir: str, config: ml_collections.ConfigDict) -> None:
-    """Writes the resolved config, or refuses a workdir made by a different one."""
+    """Writes the resolved config, or refuses a workdir made by a different one.
+
+    A workdir is bound to its config once it holds a checkpoint or a learnt
+    vocabulary (learning that again would spend privacy again); before that, a
+    corrected config simply replaces the old one.
+    """
     path = os.path.join(workdir, CONFIG_FILE)
     resolved = json.loads(config.to_json_best_effort())
-    if os.path.exists(path):
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"--workdir={workdir} cannot be created: {error}") from error
+    if not os.access(workdir, os.W_OK):
+        raise ValueError(f"--workdir={workdir} is not writable; choose another folder.")
+    bound = os.path.exists(os.path.join(workdir, checkpointing.CHECKPOINT_DIR)) and os.listdir(
+        os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
+    )
+    bound = bound or os.path.exists(os.path.join(workdir, experiment.TOKENIZER_FILE))
+    if os.path.exists(path) and bound:
         with open(path) as f:
             previous = json.load(f)
         if previous != resolved:
@@ -178,7 +195,6 @@ def check_workdir_config(workdir: str, config: ml_collections.ConfigDict) -> Non
                 "Use a new --workdir, or the same config to resume."
             )
         return
-    os.makedirs(workdir, exist_ok=True)
     with open(path, "w") as f:
         json.dump(resolved, f, indent=2, sort_keys=True)
 
@@ -251,11 +267,21 @@ def train_and_evaluate(
     check_workdir_config(workdir, config)
     manager = checkpointing.make_manager(workdir)
     resuming = manager.latest_step() is not None
+    if (
+        config.dp.enabled
+        and config.dp.target_epsilon is None
+        and config.dp.noise_multiplier is None
+    ):
+        raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
     noise_seed = _noise_seed(config, workdir, resuming)
 
     corpus = experiment.load_corpus(config)
     tokenizer, vocabulary = experiment.build_tokenizer(
-        config, corpus, workdir, noise_seed=_derived_seed(noise_seed, "vocabulary")
+        config,
+        corpus,
+        workdir,
+        noise_seed=_derived_seed(noise_seed, "vocabulary"),
+        learn=not resuming,  # A resumed run reloads its vocabulary, never relearns it.
     )
     tokenized, stats = experiment.tokenize_corpus(config, corpus, tokenizer)
     for split, split_stats in stats.splits.items():
@@ -304,26 +330,46 @@ def train_and_evaluate(
     else:
         lots = bridge.ShuffledLots(train_examples, plan.expected_lot_size, seed=sampler_seed)
 
+    # Parameters and optimizer state live replicated on the data mesh.
+    replicated = bridge.replicated_sharding(mesh)
+    trainable, frozen, opt_state = jax.device_put((trainable, frozen, opt_state), replicated)
     start_step, best = 0, {"bleu": -1.0, "step": 0, "evals_without_gain": 0}
-    history = []
+    history, stopped_early = [], False
     if resuming:
         restored = checkpointing.restore_latest(
             manager, {"trainable": trainable, "opt_state": opt_state}
         )
         start_step, state, meta = restored
-        trainable, opt_state = state["trainable"], state["opt_state"]
-        lots.load_state_dict(_sampler_state_from_json(meta["sampler"]))
+        if meta["noise_seed_sha256"] != _seed_hash(noise_seed):
+            raise ValueError(
+                "The checkpoint's noise seed differs from the workdir's private record."
+            )
+        if privacy.PrivacyPlan(**meta["plan"]) != plan:
+            raise ValueError(
+                f"The resumed run's privacy plan {plan} differs from the checkpoint's "
+                f"{meta['plan']} (changed data or library versions?); start a new workdir."
+            )
+        trainable, opt_state = jax.device_put((state["trainable"], state["opt_state"]), replicated)
+        with open(_sampler_path(workdir, start_step)) as f:
+            lots.load_state_dict(_sampler_state_from_json(json.load(f)))
         best, history = meta["best"], meta["history"]
-        if meta["noise_seed"] != noise_seed:
-            raise ValueError("The checkpoint's noise seed differs from the workdir's record.")
+        stopped_early = bool(meta.get("stopped_early", False))
         logging.info("Resumed from step %d.", start_step)
 
     noise_base = core.key_from_seed(_derived_seed(noise_seed, "noise"))
+    if config.dp.secure_rng and plan.private:
+        # Fresh secure lots after a resume: never pair them with replayed noise keys.
+        noise_base = jax.random.fold_in(noise_base, _count_session(workdir))
     dropout_base = jax.random.fold_in(root, 1)
     evaluator = Evaluator(config, model, model_config, tokenizer, tokenized, corpus, steps, mesh)
     writer = MetricsWriter(workdir)
+    if start_step == 0 and config.train.eval_every_steps:
+        metrics = evaluator.validation(models.merge_params(trainable, frozen))
+        metrics.update(step=0, epsilon=0.0)
+        history.append(metrics)
+        writer.write(0, {f"validation/{k}": v for k, v in metrics.items()})
+        logging.info("eval before training: %s", metrics)
     started = time.time()
-    stopped_early = False
     step = start_step
     # Host side (sampling, micro-batching, sharding) runs a lot ahead in a thread.
     prefetched = bridge.device_lots(
@@ -333,7 +379,7 @@ def train_and_evaluate(
         plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
     )
     try:
-        while step < last_stop:
+        while step < last_stop and not stopped_early:
             microbatches = next(prefetched)  # Empty for an empty lot: still a step.
             acc = core.init_accumulator(trainable)
             loss_sum = jnp.zeros(())
@@ -348,7 +394,10 @@ def train_and_evaluate(
             )
             step += 1
             if step % config.train.log_every_steps == 0 or step == plan.num_steps:
-                _log_progress(writer, plan, step, start_step, started, float(train_loss))
+                # A private run's training loss is an un-noised statistic of the lot
+                # (0.0 exactly for an empty lot): it is not released.
+                loss = None if plan.private else float(train_loss)
+                _log_progress(writer, plan, step, start_step, started, loss)
             evaluate_now = (
                 config.train.eval_every_steps and step % config.train.eval_every_steps == 0
             )
@@ -374,7 +423,17 @@ def train_and_evaluate(
                 or stopped_early
             ):
                 _save(
-                    manager, step, trainable, opt_state, prefetched, noise_seed, best, history, plan
+                    manager,
+                    workdir,
+                    step,
+                    trainable,
+                    opt_state,
+                    prefetched,
+                    noise_seed,
+                    best,
+                    history,
+                    plan,
+                    stopped_early,
                 )
             if stopped_early:
                 break
@@ -401,9 +460,12 @@ def train_and_evaluate(
         / max(step - start_step, 1)
         * max(plan.steps_per_epoch, 1),
         "preprocessing": {s: dataclasses.asdict(v) for s, v in stats.splits.items()},
+        "preprocessing_note": "exact counts, including the private training split's: "
+        "not covered by the privacy guarantee",
+        "validation_note": "validation pairs drive evaluation and early stopping and are "
+        "not protected by the guarantee; carve them from data you may publish",
     }
-    with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
-        json.dump(results, f, indent=2, default=_json_default)
+    write_json(os.path.join(workdir, RESULTS_FILE), results)
     logging.info(
         "Test: %s  Privacy: %s",
         json.dumps(results["test"], default=_json_default),
@@ -412,31 +474,41 @@ def train_and_evaluate(
     return results
 
 
-def _log_progress(writer, plan, step: int, start_step: int, started: float, train_loss: float):
-    """One progress line: rates from the EXPECTED lot size (realised sizes are private)."""
+def _log_progress(writer, plan, step, start_step, started, train_loss: float | None):
+    """Logs one progress line and its scalars.
+
+    Rates use the EXPECTED lot size L (realised sizes are private); tokens/s is
+    not shown for the same reason. The training loss is shown for non-private
+    runs only.
+    """
     elapsed = time.time() - started
     lots_per_second = (step - start_step) / max(elapsed, 1e-9)
     eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
     epsilon = plan.epsilon_after(step)
+    loss_text = "" if train_loss is None else f"  train loss {train_loss:.4f}"
     logging.info(
-        "step %d/%d  %.3f lots/s  ~%.1f examples/s (L x lots/s)  train loss %.4f "
-        "(not private: diagnostic)  ε spent %.4g  ETA %.0f s",
+        "step %d/%d  %.3f lots/s  ~%.1f examples/s (L x lots/s)%s  ε spent %.4g  ETA %.0f s",
         step,
         plan.num_steps,
         lots_per_second,
         lots_per_second * plan.expected_lot_size,
-        train_loss,
+        loss_text,
         epsilon,
         eta,
     )
-    writer.write(
-        step,
-        {
-            "train/loss": train_loss,
-            "train/lots_per_second": lots_per_second,
-            "privacy/epsilon": epsilon,
-        },
-    )
+    scalars = {"train/lots_per_second": lots_per_second, "privacy/epsilon": epsilon}
+    if train_loss is not None:
+        scalars["train/loss"] = train_loss
+    writer.write(step, scalars)
+
+
+def _count_session(workdir: str) -> int:
+    """How many sessions this workdir has run (0 for the first), counted in private/."""
+    path = os.path.join(workdir, PRIVATE_DIR, "sessions")
+    count = int(open(path).read()) if os.path.exists(path) else 0
+    with open(path, "w") as f:
+        f.write(str(count + 1))
+    return count
 
 
 class MetricsWriter:
@@ -473,28 +545,55 @@ def _derived_seed(seed: int, purpose: str) -> int:
 def _json_default(value):
     if isinstance(value, (np.floating, np.integer)):
         return value.item()
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
     return str(value)
 
 
-def _noise_seed(config, workdir: str, resuming: bool) -> int:
-    """The run's noise seed: from config (tests), else the OS, kept in the workdir.
+def strict_json(value):
+    """`value` with non-finite floats as strings ("inf"), so files are strict JSON."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return str(float(value))
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return value
 
-    The file lives beside the checkpoints and is as private as they are.
+
+def write_json(path: str, value) -> None:
+    """Writes strict JSON (no NaN/Infinity tokens)."""
+    with open(path, "w") as f:
+        json.dump(strict_json(value), f, indent=2, default=_json_default, allow_nan=False)
+
+
+def _noise_seed(config, workdir: str, resuming: bool) -> int:
+    """The run's secret seed: from config (tests), else the OS, kept in `workdir/private/`.
+
+    It derives the noise keys, the Poisson sampler's seed and the vocabulary's
+    noise. Anyone who has it can subtract the noise: never publish `private/`.
+    Checkpoints hold only its hash.
     """
-    path = os.path.join(workdir, "noise_seed.private")
+    path = os.path.join(workdir, PRIVATE_DIR, "noise_seed")
     if os.path.exists(path):
         with open(path) as f:
             return int(f.read())
     if resuming:
-        raise ValueError(
-            f"{workdir} has checkpoints but no noise_seed.private; cannot resume safely."
-        )
+        raise ValueError(f"{workdir} has checkpoints but no {path}; cannot resume safely.")
     seed = config.noise_seed if config.noise_seed is not None else core.fresh_seed()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.write(str(seed))
     return seed
+
+
+def _seed_hash(seed: int) -> str:
+    return hashlib.sha256(f"dpnmt-noise-seed:{seed}".encode()).hexdigest()
+
+
+def _sampler_path(workdir: str, step: int) -> str:
+    # Lot membership is private: the sampler state stays out of the checkpoint.
+    return os.path.join(workdir, PRIVATE_DIR, f"sampler_step_{step}.json")
 
 
 def _sampler_state_to_json(state: dict) -> dict:
@@ -513,15 +612,19 @@ def _sampler_state_from_json(state: dict) -> dict:
     return out
 
 
-def _save(manager, step, trainable, opt_state, lots, noise_seed, best, history, plan) -> None:
+def _save(
+    manager, workdir, step, trainable, opt_state, lots, noise_seed, best, history, plan, stopped
+) -> None:
+    with open(_sampler_path(workdir, step), "w") as f:
+        json.dump(_sampler_state_to_json(lots.state_dict()), f)
     meta = {
         "step": step,
-        "sampler": _sampler_state_to_json(lots.state_dict()),
-        "noise_seed": noise_seed,
+        "noise_seed_sha256": _seed_hash(noise_seed),
         "best": best,
         "history": history,
         "plan": dataclasses.asdict(plan),
         "steps_done": step,
+        "stopped_early": stopped,
     }
     checkpointing.save(
         manager,

@@ -1,0 +1,74 @@
+"""Config files and `:variant` strings resolve to the documented values."""
+
+import importlib.util
+import inspect
+import pathlib
+import re
+
+import pytest
+
+from dpnmt import config_lib
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, CONFIG_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "variant, enabled, target, sampling",
+    [
+        ("", True, 8.0, "poisson"),
+        ("eps1", True, 1.0, "poisson"),
+        ("eps5", True, 5.0, "poisson"),
+        ("eps8", True, 8.0, "poisson"),
+        ("eps1000", True, 1000.0, "poisson"),
+        ("eps5,shuffle", True, 5.0, "shuffle"),
+        ("shuffle,eps1", True, 1.0, "shuffle"),
+        ("eps1,poisson", True, 1.0, "poisson"),
+        ("nonprivate", False, None, "shuffle"),
+        ("nonprivate,poisson", False, None, "poisson"),
+    ],
+)
+def test_variants_resolve_to_documented_values(variant, enabled, target, sampling):
+    config = _load("tiny").get_config(variant)
+    assert config.dp.enabled is enabled
+    assert config.dp.target_epsilon == target
+    assert config.dp.sampling == sampling
+    assert config.variant == variant
+
+
+@pytest.mark.parametrize("bad", ["eps2", "poison", "eps1,eps5", "shuffle,poisson"])
+def test_unknown_or_conflicting_variants_fail_listing_valid_ones(bad):
+    with pytest.raises(ValueError) as error:
+        _load("tiny").get_config(bad)
+    if "Unknown" in str(error.value):
+        for name in ("eps1", "eps1000", "nonprivate", "shuffle", "poisson"):
+            assert name in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["tiny", "wmt16", "bsd", "clinspen", "files"])
+def test_every_config_file_builds(name):
+    config = _load(name).get_config("eps5,shuffle")
+    assert config.dp.target_epsilon == 5.0 and config.dp.sampling == "shuffle"
+    assert config.train.physical_batch_size >= 1 and config.train.expected_lot_size >= 1
+
+
+def test_paper_wmt16_setting():
+    config = _load("wmt16").get_config("eps1")
+    assert config.train.expected_lot_size == 524_288 and config.train.num_epochs == 7
+    assert config.dp.delta == 1e-8
+
+
+def test_every_base_field_is_commented():
+    source = inspect.getsource(config_lib.base_config)
+    assignments = [
+        line for line in source.splitlines() if re.match(r"\s+c\.[\w.]+ = (?!ml_collections)", line)
+    ]
+    assert len(assignments) > 40
+    uncommented = [line.strip() for line in assignments if "#" not in line]
+    assert not uncommented

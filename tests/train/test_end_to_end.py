@@ -1,0 +1,160 @@
+"""End to end on the shared WMT sample: train, checkpoint, resume, decode.
+
+Small overrides of configs/tiny.py keep each run to well under a minute.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+
+import chex
+import dp_accounting
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+
+from dpnmt import inference, trainer
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.environ.get("DPNMT_DATA_DIR"),
+        reason="needs the shared corpora: set DPNMT_DATA_DIR (e.g. ../shared/data)",
+    ),
+]
+
+CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
+
+
+def small_config(variant):
+    spec = importlib.util.spec_from_file_location("tiny", CONFIG_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(variant)
+    c.noise_seed = 7  # Fixed for the test; release runs draw one from the OS.
+    c.data.max_train_examples = 600
+    c.data.max_source_length = c.data.max_target_length = 32
+    c.data.max_eval_examples = 16
+    c.data.max_test_examples = 16
+    c.tokenizer.dp_noise_stddev = 2.0
+    c.tokenizer.vocab_size = 600
+    c.model.d_model, c.model.d_ff, c.model.d_kv = 64, 128, 16
+    c.model.num_layers = c.model.num_decoder_layers = 1
+    c.train.expected_lot_size = 48
+    c.train.physical_batch_size = 16
+    c.train.num_epochs = 1
+    c.train.learning_rate = 3e-3
+    c.train.warmup_steps = 2
+    c.train.eval_every_steps = 6
+    c.train.checkpoint_every_steps = 6
+    c.train.log_every_steps = 3
+    c.eval.max_new_tokens = 32
+    return c
+
+
+def independent_poisson_epsilon(privacy_report):
+    accountant = pld_privacy_accountant.PLDAccountant()
+    event = dp_accounting.PoissonSampledDpEvent(
+        privacy_report["sampling_rate"],
+        dp_accounting.GaussianDpEvent(privacy_report["noise_multiplier"]),
+    )
+    accountant.compose(dp_accounting.SelfComposedDpEvent(event, privacy_report["steps_done"]))
+    return accountant.get_epsilon(privacy_report["dp_sgd_delta"])
+
+
+@pytest.fixture(scope="module")
+def poisson_runs(tmp_path_factory):
+    """The same eps8 run twice: uninterrupted, and stopped after 5 steps then resumed."""
+    whole = tmp_path_factory.mktemp("whole")
+    split = tmp_path_factory.mktemp("split")
+    config = small_config("eps8")
+    results = trainer.train_and_evaluate(config, str(whole))
+    partial = trainer.train_and_evaluate(small_config("eps8"), str(split), stop_after_steps=5)
+    resumed = trainer.train_and_evaluate(small_config("eps8"), str(split))
+    return whole, split, results, partial, resumed
+
+
+def test_poisson_run_reports_fields_and_an_epsilon_dp_accounting_confirms(poisson_runs):
+    whole, _, results, _, _ = poisson_runs
+    on_disk = json.loads((whole / "results.json").read_text())
+    report = on_disk["privacy"]
+    assert report["sampling"] == "poisson" and "Poisson-sampled" in report["bound"]
+    assert report["steps_done"] == report["steps_planned"] == round(600 / 48)
+    assert report["sampling_rate"] == pytest.approx(48 / report["dataset_size"])
+    assert report["dp_sgd_epsilon"] == pytest.approx(independent_poisson_epsilon(report), rel=1e-9)
+    assert 0.99 * 8 <= report["dp_sgd_epsilon"] <= 8.0
+    assert report["vocabulary"]["kind"] == "dp_sentencepiece"
+    assert report["total_epsilon"] == pytest.approx(
+        report["dp_sgd_epsilon"] + report["vocabulary"]["epsilon"]
+    )
+    for key in ("bleu", "bleu_signature", "chrf", "num_sentences"):
+        assert key in on_disk["test"]
+    assert on_disk["test"]["num_sentences"] == 16
+    assert "noise_seed" not in json.dumps(on_disk)
+    assert results["finished"]
+    # Progress and metrics files.
+    lines = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
+    assert any("privacy/epsilon" in line for line in lines)
+    assert list((whole / "tensorboard").iterdir())
+
+
+def test_resume_continues_the_same_run(poisson_runs):
+    whole, split, results, partial, resumed = poisson_runs
+    assert not partial["finished"] and partial["steps_done"] == 5
+    assert resumed["finished"] and resumed["steps_done"] == results["steps_done"]
+    params_whole, _, _ = inference.load_trained_params(str(whole))
+    params_split, _, _ = inference.load_trained_params(str(split))
+    chex.assert_trees_all_close(params_whole, params_split, rtol=1e-5, atol=1e-6)
+    assert resumed["privacy"]["dp_sgd_epsilon"] == results["privacy"]["dp_sgd_epsilon"]
+
+
+def test_workdir_with_a_different_config_is_refused(poisson_runs):
+    whole = poisson_runs[0]
+    other = small_config("eps8")
+    other.train.learning_rate = 0.5
+    with pytest.raises(ValueError, match="different config.*learning_rate"):
+        trainer.train_and_evaluate(other, str(whole))
+
+
+def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
+    whole = poisson_runs[0]
+    results = inference.decode_and_score(
+        inference.load_run_config(str(whole)), str(whole), split="test", max_examples=8
+    )
+    out = whole / "decode_test"
+    assert len((out / "hypotheses.test.txt").read_text().splitlines()) == 8
+    scores = json.loads((out / "results.json").read_text())["scores"]
+    assert {"bleu", "bleu_signature", "chrf", "bertscore"} <= set(scores)
+    assert 0 <= scores["bertscore"]["f1"] <= 1
+    assert results["privacy"]["dp_sgd_epsilon"] == pytest.approx(
+        independent_poisson_epsilon(results["privacy"]), rel=1e-9
+    )
+
+
+def test_decode_without_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        inference.load_run_config(str(tmp_path))
+
+
+def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
+    results = trainer.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
+    report = results["privacy"]
+    assert report["sampling"] == "shuffle" and "without amplification" in report["bound"]
+    assert report["steps_done"] == 600 // 48  # One epoch of full lots.
+    gaussian = dp_accounting.get_epsilon_gaussian(
+        report["noise_multiplier"], report["dp_sgd_delta"]
+    )
+    assert report["dp_sgd_epsilon"] == pytest.approx(gaussian, rel=2e-3)
+    assert report["epsilon_if_poisson_NOT_A_GUARANTEE"] < report["dp_sgd_epsilon"]
+
+
+def test_nonprivate_run_learns(tmp_path):
+    config = small_config("nonprivate")
+    config.train.num_epochs = 3
+    results = trainer.train_and_evaluate(config, str(tmp_path))
+    assert not results["privacy"]["private"]
+    assert math.isinf(results["privacy"]["dp_sgd_epsilon"])
+    start = results["history"][0]
+    assert start["step"] == 0
+    assert results["validation"]["loss"] < 0.7 * start["loss"]

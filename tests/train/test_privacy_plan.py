@@ -1,0 +1,95 @@
+"""The PrivacyPlan: one (L, q, T, σ) for sampler and accountant; clear errors."""
+
+import dp_accounting
+import ml_collections
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+
+from dpnmt import config_lib, privacy, trainer
+from dpnmt.data.tokenizers import VocabularyRecord
+
+
+def _configs(**dp):
+    config = config_lib.base_config()
+    config.dp.update(dp)
+    return config.dp, config.train
+
+
+def test_poisson_plan_matches_an_independent_dp_accounting_computation():
+    dp, train = _configs(target_epsilon=5.0, sampling="poisson")
+    train.expected_lot_size, train.num_epochs = 100, 3
+    plan = privacy.plan_privacy(dp, train, dataset_size=2_000)
+    assert plan.num_steps == 60 and plan.sampling_rate == pytest.approx(0.05)
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(
+                0.05, dp_accounting.GaussianDpEvent(plan.noise_multiplier)
+            ),
+            60,
+        )
+    )
+    independent = accountant.get_epsilon(dp.delta)
+    assert plan.epsilon_after(60) == pytest.approx(independent, rel=1e-9)
+    assert 0.99 * 5.0 <= independent <= 5.0
+
+
+def test_shuffle_plan_uses_full_lots_and_no_amplification():
+    dp, train = _configs(target_epsilon=5.0, sampling="shuffle")
+    train.expected_lot_size, train.num_epochs = 300, 2
+    plan = privacy.plan_privacy(dp, train, dataset_size=1_000)
+    assert plan.steps_per_epoch == 3 and plan.num_steps == 6
+    # Two epochs of a Gaussian mechanism: no dependence on q.
+    expected = dp_accounting.get_epsilon_gaussian(plan.noise_multiplier / 2**0.5, dp.delta)
+    assert plan.epsilon_after(6) == pytest.approx(expected, rel=2e-3)
+    assert plan.epsilon_after(6) <= 5.0
+    # A started epoch counts whole.
+    assert plan.epsilon_after(4) == plan.epsilon_after(6)
+    assert plan.poisson_figure_not_a_guarantee(6) < plan.epsilon_after(6)
+
+
+@pytest.mark.parametrize("target", [None, 5.0])
+def test_given_sigma_reports_epsilon_and_wins_over_a_target(target):
+    dp, train = _configs(noise_multiplier=1.5, target_epsilon=target)
+    plan = privacy.plan_privacy(dp, train, dataset_size=10_000)
+    assert plan.noise_multiplier == 1.5 and plan.epsilon_after(plan.num_steps) > 0
+
+
+@pytest.mark.parametrize(
+    "dp, lot_size, n, message",
+    [
+        (dict(target_epsilon=5.0), 2_000, 1_000, "expected_lot_size=2000"),
+        (dict(target_epsilon=5.0), 1_000, 1_000, "expected_lot_size=1000"),
+        (dict(target_epsilon=None, noise_multiplier=None), 10, 1_000, "target_epsilon"),
+        (dict(target_epsilon=None, noise_multiplier=0.0), 10, 1_000, "nonprivate"),
+        (dict(target_epsilon=1e-4), 500, 1_000, "unreachable"),
+        (dict(target_epsilon=5.0, sampling="random"), 10, 1_000, "sampling"),
+    ],
+)
+def test_bad_plans_are_clear_errors(dp, lot_size, n, message):
+    dp_config, train = _configs(**dp)
+    train.expected_lot_size = lot_size
+    train.num_epochs = 1000 if dp.get("target_epsilon") == 1e-4 else 2
+    with pytest.raises(ValueError, match=message):
+        privacy.plan_privacy(dp_config, train, dataset_size=n)
+
+
+def test_report_composes_vocabulary_and_flags_private_vocabulary():
+    dp, train = _configs(target_epsilon=2.0)
+    plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+    dp_vocab = VocabularyRecord("dp_sentencepiece", True, epsilon=0.5, delta=1e-9)
+    report = trainer.privacy_report(plan, plan.num_steps, dp_vocab)
+    assert report["total_epsilon"] == pytest.approx(report["dp_sgd_epsilon"] + 0.5)
+    assert report["total_delta"] == pytest.approx(dp.delta + 1e-9)
+    private_vocab = VocabularyRecord("sentencepiece_private", False)
+    assert trainer.privacy_report(plan, plan.num_steps, private_vocab)["total_epsilon"] == float(
+        "inf"
+    )
+
+
+def test_nonprivate_plan_reports_infinite_epsilon():
+    config = config_lib.make_config("nonprivate")
+    plan = privacy.plan_privacy(config.dp, config.train, dataset_size=1_000)
+    assert not plan.private and plan.noise_multiplier == 0.0
+    assert plan.epsilon_after(plan.num_steps) == float("inf")
+    assert isinstance(config, ml_collections.ConfigDict)
