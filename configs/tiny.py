@@ -22,8 +22,8 @@ def _customize(c):
     c.tokenizer.dp_noise_stddev = 10.0
     c.tokenizer.dp_max_words = 32
     c.train.expected_lot_size = 256
-    c.train.physical_batch_size = 16
-    c.train.num_epochs = 2
+    c.train.physical_batch_size = 32
+    c.train.num_epochs = 1
     c.train.eval_every_steps = 10
     c.train.checkpoint_every_steps = 10
     c.train.log_every_steps = 5

@@ -3,6 +3,7 @@
 Shared by the training and decoding apps, so both see the same data and model.
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -37,6 +38,22 @@ def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
         logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
         corpus["train"] = corpus["train"].select(range(limit))
     return corpus
+
+
+@contextlib.contextmanager
+def _hub_errors(name_or_path: str):
+    """Turns "cannot reach the hub" into a message that says what to do."""
+    try:
+        yield
+    except OSError as error:
+        if os.path.isdir(name_or_path):
+            raise
+        raise OSError(
+            f"Could not load {name_or_path!r}: it is not a local directory and the Hugging "
+            "Face hub could not be reached (offline?). Download it where you have internet "
+            "and set --config.model.name_or_path to the local directory. "
+            f"Original error: {error}"
+        ) from error
 
 
 def _mbart_langs(config) -> tuple[str | None, str | None]:
@@ -77,9 +94,10 @@ def build_tokenizer(
     if kind == "pretrained":
         if config.model.name_or_path is None:
             raise ValueError("tokenizer.kind='pretrained' needs model.name_or_path.")
-        return tokenizers.load_pretrained_tokenizer(
-            config.model.name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
-        )
+        with _hub_errors(config.model.name_or_path):
+            return tokenizers.load_pretrained_tokenizer(
+                config.model.name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
+            )
     model_path = os.path.join(workdir, TOKENIZER_FILE)
     record_path = os.path.join(workdir, VOCABULARY_RECORD_FILE)
     if os.path.exists(model_path) and os.path.exists(record_path):
@@ -143,12 +161,20 @@ def tokenize_corpus(
     )
 
 
+def trainable_predicate(config: ml_collections.ConfigDict):
+    """`(path, leaf) -> bool`: which parameters get per-example gradients (`model.trainable`)."""
+    if config.model.trainable:
+        return models.regex_trainable(config.model.trainable)
+    return lambda path, leaf: True
+
+
 def build_model(
     config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer, rng: jax.Array
 ) -> tuple[Any, Any, Any]:
     """(flax module, its model config, initial params): pretrained or from scratch."""
     if config.model.name_or_path is not None:
-        model, params, _ = models.load_pretrained(config.model.name_or_path)
+        with _hub_errors(config.model.name_or_path):
+            model, params, _ = models.load_pretrained(config.model.name_or_path)
         return model, model.config, params
     gated = config.model.feed_forward_proj.startswith("gated-")
     model_config = models.T5Config(

@@ -116,12 +116,7 @@ def _restore_params(config, workdir: str, params):
             f"No checkpoint in {os.path.join(workdir, checkpointing.CHECKPOINT_DIR)}; "
             "train first (python -m dpnmt.train) or decode zero-shot with --pretrained."
         )
-    trainable_fn = (
-        models.regex_trainable(config.model.trainable)
-        if config.model.trainable
-        else lambda path, leaf: True
-    )
-    trainable, frozen = models.split_params(params, trainable_fn)
+    trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
     step = manager.latest_step()
     meta = manager.restore(
         step, args=checkpointing.ocp.args.Composite(meta=checkpointing.ocp.args.JsonRestore())

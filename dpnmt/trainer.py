@@ -288,8 +288,10 @@ def train_and_evaluate(
         logging.info("Preprocessing %s: %s", split, split_stats)
     train_examples = _examples(tokenized["train"], config, tokenizer.pad_id)
     plan = privacy.plan_privacy(config.dp, config.train, len(train_examples))
+    planned = privacy_report(plan, plan.num_steps, vocabulary)
     logging.info(
-        "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned ε=%.4g at δ=%g.",
+        "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
+        "ε=%.4g at δ=%g; with the vocabulary (%s) the total is ε=%.4g, δ=%.3g.",
         plan.bound,
         plan.noise_multiplier,
         plan.l2_clip,
@@ -299,18 +301,16 @@ def train_and_evaluate(
         plan.num_steps,
         plan.epsilon_after(plan.num_steps),
         plan.delta,
+        vocabulary.kind,
+        planned["total_epsilon"],
+        planned.get("total_delta", math.nan),
     )
 
     root = jax.random.key(config.seed)
     model, model_config, params = experiment.build_model(
         config, tokenizer, jax.random.fold_in(root, 0)
     )
-    trainable_fn = (
-        models.regex_trainable(config.model.trainable)
-        if config.model.trainable
-        else lambda path, leaf: True
-    )
-    trainable, frozen = models.split_params(params, trainable_fn)
+    trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
     tx = make_optimizer(config.train, plan.num_steps)
     opt_state = tx.init(trainable)
     steps = make_steps(model, model_config, tx, plan)
