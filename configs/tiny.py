@@ -21,6 +21,10 @@ def _customize(c):
     c.tokenizer.vocab_size = 1000
     c.tokenizer.dp_noise_stddev = 10.0
     c.tokenizer.dp_max_words = 32
+    # T5 v1.0 layout (ReLU, tied embeddings scaled by d_model**-0.5): a sane
+    # initial loss (~log vocab) for a model trained from scratch.
+    c.model.feed_forward_proj = "relu"
+    c.train.learning_rate = 3e-3
     c.train.expected_lot_size = 256
     c.train.physical_batch_size = 32
     c.train.num_epochs = 1

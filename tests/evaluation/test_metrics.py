@@ -93,3 +93,13 @@ def test_bertscore_identical_near_one_unrelated_lower(default_model):
     assert unrelated["f1"] < identical["f1"] - 0.3
     close = metrics.bertscore(HYPS, REFS)
     assert unrelated["f1"] < close["f1"] < identical["f1"]
+
+
+def test_bertscore_scores_empty_hypotheses_zero_and_keeps_the_mean_over_all(default_model):
+    identical = metrics.bertscore(REFS, REFS)
+    with_empty = metrics.bertscore([""] + list(REFS[1:]), REFS)
+    assert with_empty["num_empty"] == 1 and identical["num_empty"] == 0
+    # One of len(REFS) pairs drops from ~1 to 0.
+    expected = identical["f1"] * (len(REFS) - 1) / len(REFS)
+    assert abs(with_empty["f1"] - expected) < 0.02
+    assert metrics.bertscore([""] * len(REFS), REFS)["f1"] == 0.0

@@ -157,4 +157,5 @@ def test_nonprivate_run_learns(tmp_path):
     assert math.isinf(results["privacy"]["dp_sgd_epsilon"])
     start = results["history"][0]
     assert start["step"] == 0
-    assert results["validation"]["loss"] < 0.7 * start["loss"]
+    # Nats per target token: well beyond run-to-run noise.
+    assert results["validation"]["loss"] < start["loss"] - 1.0
