@@ -604,11 +604,9 @@ def _sampler_state_to_json(state: dict) -> dict:
 
 
 def _sampler_state_from_json(state: dict) -> dict:
-    import torch
-
     out = dict(state)
     if out.get("generator_state") is not None:
-        out["generator_state"] = torch.tensor(out["generator_state"], dtype=torch.uint8)
+        out["generator_state"] = np.asarray(out["generator_state"], np.uint8)
     return out
 
 
