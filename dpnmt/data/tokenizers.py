@@ -270,6 +270,15 @@ def sentencepiece_trainer_args(
     )
 
 
+def _train_in_memory(text_source: dict[str, Any], **trainer_args) -> SentencePieceTokenizer:
+    """Trains SentencePiece on `text_source` ({"input": paths} or {"sentence_iterator": it})."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        model_writer=model, **text_source, **sentencepiece_trainer_args(**trainer_args)
+    )
+    return SentencePieceTokenizer(model.getvalue())
+
+
 def train_sentencepiece(
     paths: Sequence[str],
     *,
@@ -298,19 +307,14 @@ def train_sentencepiece(
             f"Public text file(s) {missing or 'none given'} not found; give existing files of "
             "public text, one sentence a line."
         )
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        input=",".join(paths),
-        model_writer=model,
-        **sentencepiece_trainer_args(
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            byte_fallback=byte_fallback,
-            seed=seed,
-        ),
+    tokenizer = _train_in_memory(
+        {"input": ",".join(paths)},
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        seed=seed,
     )
-    tokenizer = SentencePieceTokenizer(model.getvalue())
     record = VocabularyRecord(
         kind="sentencepiece_public",
         covered_by_guarantee=True,
@@ -357,19 +361,14 @@ def train_private_sentencepiece(
             "the privacy guarantee. Use DP-SentencePiece or public text, or pass "
             "private_data_ok=True to accept that the vocabulary is not covered."
         )
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
-        model_writer=model,
-        **sentencepiece_trainer_args(
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            byte_fallback=byte_fallback,
-            seed=seed,
-        ),
+    tokenizer = _train_in_memory(
+        {"sentence_iterator": iter(texts)},
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        seed=seed,
     )
-    tokenizer = SentencePieceTokenizer(model.getvalue())
     record = VocabularyRecord(
         kind="sentencepiece_private",
         covered_by_guarantee=False,
