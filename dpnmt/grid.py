@@ -1,0 +1,204 @@
+"""An experiment grid: its runs, their folders and configs, and the sweep's manifest.
+
+Pure bookkeeping shared by `dpnmt.sweep` (which runs the grid) and
+`dpnmt.report` (which summarises it). A run is one (privacy variant, sampling,
+public seed) cell, trained in `<workdir>/<privacy>-<sampling>/seed<k>/`. The
+manifest `<workdir>/sweep.json` records the grid and each run's state.
+"""
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+
+import ml_collections
+from absl import flags
+from ml_collections import config_flags
+
+from dpnmt import config_lib
+
+MANIFEST_FILE = "sweep.json"
+TRAIN_LOG = "train.log"
+PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+# Fields a grid cell sets: overriding them would make the run's folder name lie.
+GRID_FIELDS = ("seed", "variant", "dp.enabled", "dp.target_epsilon", "dp.sampling")
+# ...and dp.noise_multiplier, which would replace the target ε the grid sets.
+REFUSED_FIELDS = (*GRID_FIELDS, "dp.noise_multiplier")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One cell of the grid.
+
+    Attributes:
+      privacy: privacy variant name ("eps1", ..., "nonprivate").
+      sampling: "poisson" or "shuffle".
+      seed: the public `config.seed` (init, dropout); the noise seed is private.
+    """
+
+    privacy: str
+    sampling: str
+    seed: int
+
+    @property
+    def cell(self) -> str:
+        """The (privacy, sampling) cell that seeds are aggregated over."""
+        return f"{self.privacy}-{self.sampling}"
+
+    @property
+    def name(self) -> str:
+        """The run's folder relative to the sweep's workdir."""
+        return f"{self.cell}/seed{self.seed}"
+
+    @property
+    def variant(self) -> str:
+        """The config file's `:variant` string."""
+        return f"{self.privacy},{self.sampling}"
+
+
+def expand(privacy: Sequence[str], sampling: Sequence[str], num_seeds: int) -> list[RunSpec]:
+    """The runs of a grid in the order they are trained (privacy, sampling, seed).
+
+    Args:
+      privacy: privacy variant names, e.g. ["eps1", "eps5", "eps1000", "nonprivate"].
+      sampling: sampling names, a subset of ["poisson", "shuffle"].
+      num_seeds: public seeds 0 .. num_seeds - 1 per cell.
+
+    Returns:
+      One `RunSpec` per (privacy, sampling, seed).
+
+    Raises:
+      ValueError: an empty or repeated list, an unknown name, num_seeds < 1.
+    """
+    for flag, names, valid in (
+        ("--grid", privacy, tuple(config_lib.PRIVACY_VARIANTS)),
+        ("--sampling", sampling, config_lib.SAMPLING_VARIANTS),
+    ):
+        if not names:
+            raise ValueError(f"{flag} is empty; give some of {list(valid)}.")
+        unknown = [n for n in names if n not in valid]
+        if unknown:
+            raise ValueError(f"{flag} has unknown names {unknown}; valid: {list(valid)}.")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{flag}={','.join(names)} repeats a name; give each once.")
+    if num_seeds < 1:
+        raise ValueError(f"--seeds={num_seeds} must be >= 1.")
+    return [RunSpec(p, s, k) for p in privacy for s in sampling for k in range(num_seeds)]
+
+
+def check_overrides(overrides: Sequence[str]) -> list[str]:
+    """Checks `--config.a.b=value` strings passed to every run.
+
+    Returns:
+      Warnings to log (a fixed noise seed shared by every run is for tests only).
+
+    Raises:
+      ValueError: an override not of the form `--config.a.b=value`, or one of a
+        field the grid sets (`REFUSED_FIELDS`).
+    """
+    warnings = []
+    for text in overrides:
+        if not text.startswith("--config.") or "=" not in text:
+            raise ValueError(f"Override {text!r}: write --config.<field>=<value>.")
+        field = text[len("--config.") : text.index("=")]
+        if field in REFUSED_FIELDS:
+            raise ValueError(
+                f"Override {text!r} sets {field}, which the grid varies (--grid, --sampling, "
+                "--seeds); drop it."
+            )
+        if field == "noise_seed":
+            warnings.append(
+                f"{text}: every run shares this noise seed; for tests only, never for results."
+            )
+    return warnings
+
+
+def train_flags(config_path: str, spec: RunSpec, run_dir: str, overrides: Sequence[str]):
+    """The `python -m dpnmt.train` flags of one run (the seed last, so it wins)."""
+    return [
+        f"--config={config_path}:{spec.variant}",
+        f"--workdir={run_dir}",
+        *overrides,
+        f"--config.seed={spec.seed}",
+    ]
+
+
+def resolve_config(
+    config_path: str, spec: RunSpec, overrides: Sequence[str]
+) -> ml_collections.ConfigDict:
+    """The config `dpnmt.train` builds for this run, parsed exactly as its flags are.
+
+    Raises:
+      ValueError: the config file or an override does not parse (absl's message).
+    """
+    base = _parse(config_path, spec, [])
+    for text in overrides:
+        node, field = base, text[len("--config.") : text.index("=")]
+        for part in field.split("."):
+            if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+                raise ValueError(f"Override {text!r}: {config_path} has no field {field!r}.")
+            node = node[part]
+    return _parse(config_path, spec, overrides)
+
+
+def _parse(config_path: str, spec: RunSpec, overrides: Sequence[str]):
+    argv = ["dpnmt.train", *train_flags(config_path, spec, "unused", overrides)]
+    argv = [a for a in argv if not a.startswith("--workdir=")]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file(
+        "config", None, "", flag_values=values, lock_config=True, sys_argv=argv
+    )
+    try:
+        values(argv)
+        return values.config
+    except (flags.Error, ValueError, AttributeError, KeyError, OSError) as error:
+        raise ValueError(
+            f"--config={config_path}:{spec.variant} with overrides {list(overrides)} does "
+            f"not parse: {error}"
+        ) from error
+
+
+def read_json(path: str) -> dict | None:
+    """The JSON object in `path`, or None if it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(run_dir: str, config: ml_collections.ConfigDict) -> bool:
+    """True if `run_dir` holds a finished run of exactly `config`.
+
+    Finished means its results.json says so and its config.json is this config
+    (a folder trained with other settings is not this run).
+    """
+    results = read_json(os.path.join(run_dir, "results.json"))
+    if not results or results.get("finished") is not True:
+        return False
+    return read_json(os.path.join(run_dir, "config.json")) == json.loads(
+        config.to_json_best_effort()
+    )
+
+
+def write_manifest(workdir: str, manifest: dict) -> None:
+    """Writes `sweep.json` atomically (a killed sweep never leaves half a file)."""
+    path = os.path.join(workdir, MANIFEST_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
+def read_manifest(workdir: str) -> dict:
+    """The sweep manifest of `workdir`.
+
+    Raises:
+      ValueError: no sweep.json there (naming the folder).
+    """
+    manifest = read_json(os.path.join(workdir, MANIFEST_FILE))
+    if manifest is None:
+        raise ValueError(
+            f"{workdir} has no readable {MANIFEST_FILE}; give the --workdir of a "
+            "`python -m dpnmt.sweep` run."
+        )
+    return manifest

@@ -1,0 +1,145 @@
+"""The sweep report's figures (matplotlib, Agg backend, PNG files).
+
+`bleu_vs_epsilon` (the paper's Figure 2), `learning_curves` (validation BLEU
+by step) and `epsilon_vs_step` (ε spent by step), each from finished runs
+(`dpnmt.summary.load_runs`) or the aggregated rows (`dpnmt.summary.cell_rows`).
+"""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")  # Files only; no display needed.
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dpnmt import summary  # noqa: E402
+
+SAMPLING_STYLE = {"poisson": ("tab:blue", "o"), "shuffle": ("tab:orange", "s")}
+
+
+def bleu_vs_epsilon(rows: list[dict], path: str) -> None:
+    """Test BLEU (mean ± std over seeds) against the reported DP-SGD ε, log-x.
+
+    Non-private runs (ε = ∞) are drawn apart at the right, past a dashed line.
+
+    Args:
+      rows: `summary.cell_rows` output.
+      path: PNG file to write.
+    """
+    finite = [r["epsilon"] for r in rows if math.isfinite(r["epsilon"])]
+    x_infinity = 10.0 ** (math.ceil(math.log10(max(finite))) + 1) if finite else 1.0
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for sampling, (color, marker) in SAMPLING_STYLE.items():
+        mine = sorted((r for r in rows if r["sampling"] == sampling), key=lambda r: r["epsilon"])
+        if not mine:
+            continue
+        points = [r for r in mine if math.isfinite(r["epsilon"])]
+        if points:
+            ax.errorbar(
+                [r["epsilon"] for r in points],
+                [r["bleu_mean"] for r in points],
+                yerr=[np.nan_to_num(r["bleu_std"]) for r in points],
+                color=color,
+                marker=marker,
+                capsize=3,
+                label=sampling,
+            )
+        for r in mine:
+            if not math.isfinite(r["epsilon"]):
+                ax.errorbar(
+                    [x_infinity],
+                    [r["bleu_mean"]],
+                    yerr=[np.nan_to_num(r["bleu_std"])],
+                    color=color,
+                    marker=marker,
+                    capsize=3,
+                    label=None if points else sampling,
+                )
+    ax.set_xscale("log")
+    ticks = sorted(set(finite))
+    if finite:
+        ax.axvline(math.sqrt(max(finite) * x_infinity), color="grey", linestyle="--", lw=0.8)
+    if any(not math.isfinite(r["epsilon"]) for r in rows):
+        ticks.append(x_infinity)
+    ax.set_xticks(ticks, [f"{t:g}" if t != x_infinity else "∞" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("ε (DP-SGD, reported bound; ∞ = non-private)")
+    ax.set_ylabel("test BLEU (mean ± std over seeds)")
+    ax.legend(title="sampling")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _curve(runs: list[summary.Run], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validation `key` by step, averaged over the runs at the steps they share."""
+    by_step: dict[int, list[float]] = {}
+    for run in runs:
+        points = [(h["step"], h[key]) for h in run.results["history"]]
+        points.append((run.results["steps_done"], run.results["validation"][key]))
+        for step, value in points:
+            by_step.setdefault(int(step), []).append(float(value))
+    steps = sorted(s for s, v in by_step.items() if len(v) == len(runs))
+    return np.asarray(steps), np.asarray([np.mean(by_step[s]) for s in steps])
+
+
+def _cells(runs: list[summary.Run]) -> dict[tuple[str, str], list[summary.Run]]:
+    cells: dict[tuple[str, str], list[summary.Run]] = {}
+    for run in runs:
+        cells.setdefault((run.spec.privacy, run.spec.sampling), []).append(run)
+    return cells
+
+
+def learning_curves(runs: list[summary.Run], path: str) -> None:
+    """Validation BLEU by step, one panel per sampling, one line per privacy variant."""
+    cells = _cells(runs)
+    samplings = [s for s in SAMPLING_STYLE if any(k[1] == s for k in cells)]
+    fig, axes = plt.subplots(
+        1, max(len(samplings), 1), figsize=(5 * max(len(samplings), 1), 3.6), squeeze=False
+    )
+    for ax, sampling in zip(axes[0], samplings, strict=False):
+        for (privacy, cell_sampling), members in cells.items():
+            if cell_sampling == sampling:
+                steps, bleu = _curve(members, "bleu")
+                ax.plot(steps, bleu, marker=".", label=f"{privacy} (n={len(members)})")
+        ax.set_title(f"{sampling} lots")
+        ax.set_xlabel("step (lots)")
+        ax.set_ylabel("validation BLEU (mean over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def epsilon_vs_step(runs: list[summary.Run], path: str) -> None:
+    """DP-SGD ε spent by step for each private cell (its bound; non-private omitted)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (privacy, sampling), members in _cells(runs).items():
+        results = members[0].results  # ε by step is the same for every seed of a cell.
+        if not results["privacy"]["private"]:
+            continue
+        points = [(h["step"], summary.as_float(h["epsilon"])) for h in results["history"]]
+        final = summary.as_float(results["privacy"]["dp_sgd_epsilon"])
+        points.append((results["steps_done"], final))
+        points = sorted({p for p in points if p[1] > 0})  # Log axis: ε = 0 at step 0 left out.
+        marker = SAMPLING_STYLE[sampling][1]
+        linestyle = "-" if sampling == "poisson" else "--"
+        ax.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker=marker,
+            linestyle=linestyle,
+            label=f"{privacy}, {sampling}",
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("step (lots)")
+    ax.set_ylabel("ε spent (DP-SGD; shuffle: no amplification)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,93 @@
+"""Grid bookkeeping and the table's statistics, without training anything."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dpnmt import grid, summary
+
+
+def test_expand_orders_runs_and_names_their_folders():
+    specs = grid.expand(["eps1", "nonprivate"], ["poisson", "shuffle"], 2)
+    assert len(specs) == 8
+    assert specs[0] == grid.RunSpec("eps1", "poisson", 0)
+    assert [s.name for s in specs[:3]] == [
+        "eps1-poisson/seed0",
+        "eps1-poisson/seed1",
+        "eps1-shuffle/seed0",
+    ]
+    assert specs[-1].variant == "nonprivate,shuffle"
+
+
+@pytest.mark.parametrize(
+    "privacy, sampling, seeds, match",
+    [
+        (["eps2"], ["poisson"], 1, "--grid has unknown names.*eps2"),
+        (["eps1"], ["uniform"], 1, "--sampling has unknown names"),
+        ([], ["poisson"], 1, "--grid is empty"),
+        (["eps1", "eps1"], ["poisson"], 1, "repeats"),
+        (["eps1"], ["poisson"], 0, "--seeds=0"),
+    ],
+)
+def test_expand_rejects_bad_grids(privacy, sampling, seeds, match):
+    with pytest.raises(ValueError, match=match):
+        grid.expand(privacy, sampling, seeds)
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("--config.seed=3", "grid varies"),
+        ("--config.dp.sampling=shuffle", "grid varies"),
+        ("--config.dp.noise_multiplier=1.0", "grid varies"),
+        ("--config.train.num_epochs", "write --config"),
+        ("--train.num_epochs=2", "write --config"),
+    ],
+)
+def test_overrides_that_would_contradict_the_grid_are_refused(override, match):
+    with pytest.raises(ValueError, match=match):
+        grid.check_overrides([override])
+
+
+def test_a_fixed_noise_seed_is_flagged_as_tests_only():
+    warnings = grid.check_overrides(["--config.noise_seed=7", "--config.train.num_epochs=2"])
+    assert len(warnings) == 1 and "tests only" in warnings[0]
+
+
+def test_resolve_config_is_the_trainers_config_for_the_cell():
+    spec = grid.RunSpec("eps5", "shuffle", 2)
+    config = grid.resolve_config("configs/tiny.py", spec, ["--config.train.num_epochs=3"])
+    assert config.seed == 2 and config.noise_seed is None
+    assert config.dp.target_epsilon == 5.0 and config.dp.sampling == "shuffle"
+    assert config.train.num_epochs == 3 and config.variant == "eps5,shuffle"
+    with pytest.raises(ValueError, match="has no field 'train.nope'"):
+        grid.resolve_config("configs/tiny.py", spec, ["--config.train.nope=1"])
+    with pytest.raises(ValueError, match="does not parse"):
+        grid.resolve_config("configs/tiny.py", spec, ["--config.train.num_epochs=many"])
+
+
+def test_is_finished_needs_finished_results_and_the_same_config(tmp_path):
+    config = grid.resolve_config("configs/tiny.py", grid.RunSpec("eps1", "poisson", 0), [])
+    assert not grid.is_finished(str(tmp_path), config)
+    (tmp_path / "config.json").write_text(config.to_json_best_effort())
+    (tmp_path / "results.json").write_text(json.dumps({"finished": False}))
+    assert not grid.is_finished(str(tmp_path), config)
+    (tmp_path / "results.json").write_text(json.dumps({"finished": True}))
+    assert grid.is_finished(str(tmp_path), config)
+    other = grid.resolve_config("configs/tiny.py", grid.RunSpec("eps1", "poisson", 1), [])
+    assert not grid.is_finished(str(tmp_path), other)
+
+
+def test_mean_std_uses_the_sample_standard_deviation():
+    values = [1.0, 2.0, 4.0]
+    mean, std = summary.mean_std(values)
+    assert mean == pytest.approx(7 / 3)
+    assert std == pytest.approx(np.sqrt(np.sum((np.array(values) - 7 / 3) ** 2) / 2))
+    assert math.isnan(summary.mean_std([3.0])[1])
+
+
+def test_missing_manifest_names_the_folder(tmp_path):
+    with pytest.raises(ValueError, match=f"{tmp_path} has no readable sweep.json"):
+        grid.read_manifest(str(tmp_path))
