@@ -20,6 +20,7 @@ from dpnmt import config_lib
 MANIFEST_FILE = "sweep.json"
 TRAIN_LOG = "train.log"
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+INTERRUPTED = "interrupted"  # The sweep was stopped while this run trained.
 # Fields a grid cell sets: overriding them would make the run's folder name lie.
 GRID_FIELDS = ("seed", "variant", "dp.enabled", "dp.target_epsilon", "dp.sampling")
 # ...and dp.noise_multiplier, which would replace the target ε the grid sets.

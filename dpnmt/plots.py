@@ -8,6 +8,7 @@ by step) and `epsilon_vs_step` (ε spent by step), each from finished runs
 import math
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # Files only; no display needed.
 import matplotlib.pyplot as plt  # noqa: E402
@@ -57,7 +58,7 @@ def bleu_vs_epsilon(rows: list[dict], path: str) -> None:
                     label=None if points else sampling,
                 )
     ax.set_xscale("log")
-    ticks = sorted(set(finite))
+    ticks = sorted({float(f"{e:.2g}") for e in finite})  # Bounds land just under targets.
     if finite:
         ax.axvline(math.sqrt(max(finite) * x_infinity), color="grey", linestyle="--", lw=0.8)
     if any(not math.isfinite(r["epsilon"]) for r in rows):
@@ -104,6 +105,7 @@ def learning_curves(runs: list[summary.Run], path: str) -> None:
             if cell_sampling == sampling:
                 steps, bleu = _curve(members, "bleu")
                 ax.plot(steps, bleu, marker=".", label=f"{privacy} (n={len(members)})")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_title(f"{sampling} lots")
         ax.set_xlabel("step (lots)")
         ax.set_ylabel("validation BLEU (mean over seeds)")
@@ -124,7 +126,7 @@ def epsilon_vs_step(runs: list[summary.Run], path: str) -> None:
         points = [(h["step"], summary.as_float(h["epsilon"])) for h in results["history"]]
         final = summary.as_float(results["privacy"]["dp_sgd_epsilon"])
         points.append((results["steps_done"], final))
-        points = sorted({p for p in points if p[1] > 0})  # Log axis: ε = 0 at step 0 left out.
+        points = sorted(set(points))
         marker = SAMPLING_STYLE[sampling][1]
         linestyle = "-" if sampling == "poisson" else "--"
         ax.plot(
@@ -134,7 +136,7 @@ def epsilon_vs_step(runs: list[summary.Run], path: str) -> None:
             linestyle=linestyle,
             label=f"{privacy}, {sampling}",
         )
-    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("step (lots)")
     ax.set_ylabel("ε spent (DP-SGD; shuffle: no amplification)")
     ax.grid(alpha=0.3)

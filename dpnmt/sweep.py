@@ -172,7 +172,12 @@ def run_sweep(
         command = [sys.executable, "-m", "dpnmt.train"]
         command += grid.train_flags(config_path, spec, run_dir, overrides)
         begin = time.time()
-        status, tail = train_one(command, run_dir, env)
+        try:
+            status, tail = train_one(command, run_dir, env)
+        except BaseException:  # Stopped (Ctrl-C, SIGTERM): the rerun resumes this run.
+            record["state"] = grid.INTERRUPTED
+            grid.write_manifest(workdir, manifest)
+            raise
         record["seconds_last_attempt"] = round(time.time() - begin, 1)
         record["returncode"] = status
         if status == 0 and grid.is_finished(run_dir, configs[spec]):
