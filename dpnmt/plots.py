@@ -1,7 +1,7 @@
 """The sweep report's figures (matplotlib, Agg backend, PNG files).
 
-`bleu_vs_epsilon` (the paper's Figure 2), `learning_curves` (validation BLEU
-by step) and `epsilon_vs_step` (ε spent by step), each from finished runs
+`bleu_vs_epsilon` (the paper's Figure 2), `learning_curves` (validation loss
+and BLEU by step) and `epsilon_vs_step` (ε spent by step), each from finished runs
 (`dpnmt.summary.load_runs`) or the aggregated rows (`dpnmt.summary.cell_rows`).
 """
 
@@ -94,23 +94,26 @@ def _cells(runs: list[summary.Run]) -> dict[tuple[str, str], list[summary.Run]]:
 
 
 def learning_curves(runs: list[summary.Run], path: str) -> None:
-    """Validation BLEU by step, one panel per sampling, one line per privacy variant."""
+    """Validation loss and BLEU by step: a column per sampling, a line per privacy variant."""
     cells = _cells(runs)
     samplings = [s for s in SAMPLING_STYLE if any(k[1] == s for k in cells)]
+    metrics = (("loss", "validation loss (nats/token)"), ("bleu", "validation BLEU"))
     fig, axes = plt.subplots(
-        1, max(len(samplings), 1), figsize=(5 * max(len(samplings), 1), 3.6), squeeze=False
+        len(metrics), len(samplings), figsize=(5 * len(samplings), 6.4), squeeze=False
     )
-    for ax, sampling in zip(axes[0], samplings, strict=False):
-        for (privacy, cell_sampling), members in cells.items():
-            if cell_sampling == sampling:
-                steps, bleu = _curve(members, "bleu")
-                ax.plot(steps, bleu, marker=".", label=f"{privacy} (n={len(members)})")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_title(f"{sampling} lots")
-        ax.set_xlabel("step (lots)")
-        ax.set_ylabel("validation BLEU (mean over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    for column, sampling in enumerate(samplings):
+        for row, (key, label) in enumerate(metrics):
+            ax = axes[row][column]
+            for (privacy, cell_sampling), members in cells.items():
+                if cell_sampling == sampling:
+                    steps, values = _curve(members, key)
+                    ax.plot(steps, values, marker=".", label=f"{privacy} (n={len(members)})")
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+            ax.set_title(f"{sampling} lots (mean over seeds)")
+            ax.set_xlabel("step (lots)")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
