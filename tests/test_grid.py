@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dpnmt import grid, summary
+from dpnmt import config_lib, grid, summary
 
 
 def test_expand_orders_runs_and_names_their_folders():
@@ -91,3 +91,81 @@ def test_mean_std_uses_the_sample_standard_deviation():
 def test_missing_manifest_names_the_folder(tmp_path):
     with pytest.raises(ValueError, match=f"{tmp_path} has no readable sweep.json"):
         grid.read_manifest(str(tmp_path))
+
+
+def _fake_results(rng, private, sampling, epsilon):
+    """A results.json shaped like the trainer's, with random scores."""
+    steps = 10
+    history = [
+        {
+            "step": s,
+            "bleu": float(rng.uniform(0, 30)),
+            "loss": float(rng.uniform(2, 7)),
+            "epsilon": epsilon * s / steps if private else "inf",
+        }
+        for s in (0, 5)
+    ]
+    return {
+        "finished": True,
+        "steps_done": steps,
+        "seconds_per_epoch": float(rng.uniform(1, 100)),
+        "history": history,
+        "validation": {"bleu": float(rng.uniform(0, 30)), "loss": float(rng.uniform(2, 7))},
+        "test": {"bleu": float(rng.uniform(0, 30)), "bertscore": {"f1": float(rng.uniform(0, 1))}},
+        "privacy": {
+            "private": private,
+            "sampling": sampling,
+            "dp_sgd_epsilon": epsilon if private else "inf",
+            "total_epsilon": epsilon + 1.5 if private else "inf",
+            "noise_multiplier": 0.9 if private else 0.0,
+            "steps_done": steps,
+        },
+    }
+
+
+def test_report_of_a_grid_with_a_non_private_cell(tmp_path):
+    from dpnmt import report
+
+    rng = np.random.default_rng(0)
+    specs = grid.expand(["eps1", "eps5", "nonprivate"], ["poisson", "shuffle"], 2)
+    manifest = {"config": "configs/tiny.py", "overrides": [], "runs": {}}
+    for spec in specs:
+        private = spec.privacy != "nonprivate"
+        results = _fake_results(
+            rng, private, spec.sampling, config_lib.PRIVACY_VARIANTS[spec.privacy] or 0.0
+        )
+        (tmp_path / spec.name).mkdir(parents=True)
+        (tmp_path / spec.name / "results.json").write_text(json.dumps(results))
+        manifest["runs"][spec.name] = {
+            "privacy": spec.privacy,
+            "sampling": spec.sampling,
+            "seed": spec.seed,
+            "state": grid.FINISHED,
+        }
+    manifest["runs"]["eps1-poisson/seed9"] = {
+        "privacy": "eps1",
+        "sampling": "poisson",
+        "seed": 9,
+        "state": grid.FAILED,
+    }
+    grid.write_manifest(str(tmp_path), manifest)
+    markdown = report.write_report(str(tmp_path), str(tmp_path / "report"))
+    rows = summary.cell_rows(summary.load_runs(str(tmp_path))[0])
+    assert len(rows) == 6 and all(row["n"] == 2 for row in rows)
+    non_private = [row for row in rows if row["privacy"] == "nonprivate"]
+    assert all(
+        math.isinf(row["epsilon"]) and row["epsilon_bound"] == "no DP" for row in non_private
+    )
+    for row in rows:
+        members = [
+            json.loads((tmp_path / s.name / "results.json").read_text())
+            for s in specs
+            if (s.privacy, s.sampling) == (row["privacy"], row["sampling"])
+        ]
+        f1 = [m["test"]["bertscore"]["f1"] for m in members]
+        assert row["bertscore_f1_mean"] == pytest.approx(np.mean(f1))
+        assert row["bertscore_f1_std"] == pytest.approx(np.std(f1, ddof=1))
+    assert "| nonprivate | shuffle | 2 |" in markdown and "∞" in markdown
+    assert "eps1-poisson/seed9 (failed)" in markdown
+    for name in report.FIGURES:
+        assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
