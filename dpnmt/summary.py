@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from dpnmt import grid
+from dpnmt import config_lib, grid
 
 # Table columns: (CSV name, Markdown header). Means and stds are over public seeds.
 COLUMNS = (
@@ -43,7 +43,7 @@ class Run:
 
 
 def load_runs(workdir: str) -> tuple[list[Run], dict[str, str]]:
-    """The finished runs of a sweep, in grid order, and the states of the others.
+    """The finished runs of a sweep in grid order (ε variant, sampling, seed), and the rest.
 
     Returns:
       (finished runs, {run name: state} for runs not finished).
@@ -57,7 +57,14 @@ def load_runs(workdir: str) -> tuple[list[Run], dict[str, str]]:
             finished.append(Run(spec, results))
         else:
             others[name] = record.get("state", grid.PENDING)
-    return finished, others
+    return sorted(finished, key=lambda run: _order(run.spec)), others
+
+
+def _order(spec: grid.RunSpec) -> tuple[int, int, int]:
+    """Grid order: ε variant (config_lib's order), then sampling, then seed."""
+    privacy_order = list(config_lib.PRIVACY_VARIANTS)
+    sampling = config_lib.SAMPLING_VARIANTS.index(spec.sampling)
+    return privacy_order.index(spec.privacy), sampling, spec.seed
 
 
 def as_float(value) -> float:
@@ -84,7 +91,7 @@ def bound_label(privacy_report: dict) -> str:
 
 
 def cell_rows(runs: list[Run]) -> list[dict]:
-    """One row per (privacy, sampling) cell, in the order cells first appear.
+    """One row per (privacy, sampling) cell, in the order of `runs`.
 
     Args:
       runs: finished runs (`load_runs`).
