@@ -5,8 +5,9 @@
 MODE `train`: a DP training of the shrunken tiny config (`small_config`) in
 WORKDIR, stopping after STOP_AFTER steps if given. MODE `release`: one sharded
 DP lot gradient of a linear loss, whose result process 0 saves to
-WORKDIR/release.npz. The caller sets XLA_FLAGS (devices per process) and
-PYTHONPATH (this worktree).
+WORKDIR/release.npz. MODE `die`: the last process exits right after joining,
+the others wait in a collective (they must fail, not hang). The caller sets
+XLA_FLAGS (devices per process) and PYTHONPATH (this worktree).
 """
 
 import sys
@@ -28,7 +29,7 @@ def small_config():
     c.train.expected_lot_size = 32
     c.train.physical_batch_size = 8
     c.train.eval_every_steps = 0
-    c.train.checkpoint_every_steps = 100
+    c.train.checkpoint_every_steps = 2
     c.train.log_every_steps = 100
     c.eval.max_new_tokens = 4
     return c
@@ -88,6 +89,13 @@ def main(argv):
     distributed.initialize(launch, initialization_timeout_s=60, heartbeat_timeout_s=10)
     if mode == "release":
         release(workdir)
+        return
+    if mode == "die":
+        import os
+
+        if int(process_id) == int(num_processes) - 1:
+            os._exit(3)  # A crash: no clean shutdown of jax.distributed.
+        release(workdir)  # Blocks in its all-reduce until the runtime gives up.
         return
     from dpnmt import trainer
 
