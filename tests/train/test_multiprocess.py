@@ -1,15 +1,16 @@
 """Multi-process training on 127.0.0.1: several processes, forced CPU devices each.
 
-Each run starts real processes (`multiprocess_worker.py`) joined by
-`jax.distributed`; the reference runs in this (single-process, 8-device) test
-process. The same seed and total device count must give the same parameters
-whatever the split into processes, a run must resume on another process count,
-the noise must be drawn once on the global sum, and a dead process must make the
-others fail instead of hang.
+Every run starts real processes (`multiprocess_worker.py`) joined by
+`jax.distributed`; the one-process reference is such a process too (8 devices,
+no `jax.distributed`). The same seed and total device count must give the same
+parameters whatever the split into processes, a run must resume on another
+process count, the noise must be drawn once on the global sum, and a dead
+process must make the others fail instead of hang.
 """
 
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpnmt import distributed, inference, trainer
+from dpnmt import distributed, inference
 from tests.train import multiprocess_worker as worker
 
 pytestmark = pytest.mark.slow
@@ -74,46 +75,56 @@ def _finish(processes, timeout_s):
     return [p.returncode for p in processes], outputs, time.monotonic() - started
 
 
-def _run(mode, num_processes, devices_each, workdir, *extra):
-    codes, outputs, _ = _finish(
-        _start(mode, num_processes, devices_each, workdir, *extra), RUN_TIMEOUT_S
-    )
+def _check(processes, finished):
+    codes, outputs, _ = finished
     for rank, (code, output) in enumerate(zip(codes, outputs, strict=True)):
-        assert code == 0, f"process {rank} of {num_processes} failed:\n{output[-4000:]}"
+        assert code == 0, f"process {rank} of {len(processes)} failed:\n{output[-4000:]}"
+
+
+def _run(mode, num_processes, devices_each, workdir, *extra):
+    processes = _start(mode, num_processes, devices_each, workdir, *extra)
+    _check(processes, _finish(processes, RUN_TIMEOUT_S))
+
+
+def _params_at(workdir, step, scratch):
+    """Params of `workdir`'s checkpoint at `step` (a copy without the later ones)."""
+    copy = scratch / f"{workdir.name}_at_{step}"
+    shutil.copytree(workdir, copy)
+    for later in (copy / "checkpoints").iterdir():
+        if later.name.isdigit() and int(later.name) > step:
+            shutil.rmtree(later)
+    params, _, steps = inference.load_trained_params(str(copy))
+    assert steps == step
+    return params
 
 
 @needs_data
 def test_two_then_four_processes_train_like_one(tmp_path):
     """2 x 4 devices for 2 steps, resumed on 4 x 2 to step 4 == 1 x 8 devices."""
-    reference = tmp_path / "reference"
-    trainer.train_and_evaluate(worker.small_config(), str(reference), stop_after_steps=2)
-    reference_2, _, _ = inference.load_trained_params(str(reference))
-    trainer.train_and_evaluate(worker.small_config(), str(reference), stop_after_steps=4)
-    reference_4, _, steps = inference.load_trained_params(str(reference))
-    assert steps == 4
-
-    split = tmp_path / "split"
+    reference, split = tmp_path / "reference", tmp_path / "split"
+    # The reference (checkpoints at steps 2 and 4) runs beside the first split run.
+    running = _start("train", 1, 8, reference, 4)
     _run("train", 2, 4, split, 2)
-    params_2, _, steps = inference.load_trained_params(str(split))
-    assert steps == 2
-    chex.assert_trees_all_close(params_2, reference_2, rtol=1e-5, atol=1e-6)
-    # Steps 3-4 changed the parameters by far more than the tolerance.
+    _check(running, _finish(running, RUN_TIMEOUT_S))
+    reference_2 = _params_at(reference, 2, tmp_path)
+    chex.assert_trees_all_close(_params_at(split, 2, tmp_path), reference_2, rtol=1e-5, atol=1e-6)
+
+    _run("train", 4, 2, split, 4)  # Resume on another process count.
+    reference_4 = _params_at(reference, 4, tmp_path)
+    chex.assert_trees_all_close(_params_at(split, 4, tmp_path), reference_4, rtol=1e-5, atol=1e-6)
+    # Steps 3-4 moved the parameters far beyond the tolerance: the check has teeth.
     moved = max(
         float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
         for a, b in zip(jax.tree.leaves(reference_2), jax.tree.leaves(reference_4), strict=True)
     )
     assert moved > 1e-3
-
-    _run("train", 4, 2, split, 4)  # Resume on another process count.
-    params_4, _, steps = inference.load_trained_params(str(split))
-    assert steps == 4
-    chex.assert_trees_all_close(params_4, reference_4, rtol=1e-5, atol=1e-6)
     # Process 0 alone wrote the private records; the secret seed is the reference's.
     assert (split / "private" / "noise_seed").read_text() == str(worker.small_config().noise_seed)
     assert sorted(p.name for p in (split / "private").glob("sampler_step_*.json")) == [
         "sampler_step_2.json",
         "sampler_step_4.json",
     ]
+    assert not (split / "results.json").exists()  # Stopped early: no final report yet.
 
 
 def test_noise_is_drawn_once_on_the_global_sum(tmp_path):
