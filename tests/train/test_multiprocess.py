@@ -99,8 +99,8 @@ def _params_at(workdir, step, scratch):
 
 
 @needs_data
-def test_two_then_four_processes_train_like_one(tmp_path):
-    """2 x 4 devices for 2 steps, resumed on 4 x 2 to step 4 == 1 x 8 devices."""
+def test_two_processes_train_like_one_and_resume_on_one(tmp_path):
+    """2 x 4 devices for 2 steps, resumed on 1 x 8 to step 4 == 1 x 8 devices throughout."""
     reference, split = tmp_path / "reference", tmp_path / "split"
     # The reference (checkpoints at steps 2 and 4) runs beside the first split run.
     running = _start("train", 1, 8, reference, 4)
@@ -109,7 +109,7 @@ def test_two_then_four_processes_train_like_one(tmp_path):
     reference_2 = _params_at(reference, 2, tmp_path)
     chex.assert_trees_all_close(_params_at(split, 2, tmp_path), reference_2, rtol=1e-5, atol=1e-6)
 
-    _run("train", 4, 2, split, 4)  # Resume on another process count.
+    _run("train", 1, 8, split, 4)  # Resume on another process count.
     reference_4 = _params_at(reference, 4, tmp_path)
     chex.assert_trees_all_close(_params_at(split, 4, tmp_path), reference_4, rtol=1e-5, atol=1e-6)
     # Steps 3-4 moved the parameters far beyond the tolerance: the check has teeth.
@@ -118,7 +118,7 @@ def test_two_then_four_processes_train_like_one(tmp_path):
         for a, b in zip(jax.tree.leaves(reference_2), jax.tree.leaves(reference_4), strict=True)
     )
     assert moved > 1e-3
-    # Process 0 alone wrote the private records; the secret seed is the reference's.
+    # The private records (written by process 0 alone in the 2-process session).
     assert (split / "private" / "noise_seed").read_text() == str(worker.small_config().noise_seed)
     assert sorted(p.name for p in (split / "private").glob("sampler_step_*.json")) == [
         "sampler_step_2.json",
@@ -128,8 +128,8 @@ def test_two_then_four_processes_train_like_one(tmp_path):
 
 
 def test_noise_is_drawn_once_on_the_global_sum(tmp_path):
-    """2 processes x 2 devices: (global sum + N(0, σ²C²)) / L, the same as on one process."""
-    _run("release", 2, 2, tmp_path)
+    """4 processes x 2 devices: (global sum + N(0, σ²C²)) / L, the same as on one process."""
+    _run("release", 4, 2, tmp_path)
     released = np.load(tmp_path / "release.npz")["w"]
     examples = worker.release_examples()
     noise = released * worker.RELEASE_LOT - examples.sum(axis=0)  # Global sum removed.
