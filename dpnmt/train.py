@@ -4,12 +4,18 @@ r"""Trains a DP seq2seq translation model.
 
 The logic lives in `dpnmt.trainer` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
+
+Several processes (hosts) train one run together on JAX's distributed runtime:
+start every process with the same config and a shared --workdir, plus
+--coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the
+DPNMT_* environment variables; under SLURM, `srun` sets everything). See
+`dpnmt.distributed`.
 """
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from dpnmt import trainer
+from dpnmt import distributed, trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -21,6 +27,20 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder; rerun to resume.
 _STOP_AFTER = flags.DEFINE_integer(
     "stop_after_steps", None, "End this session after this step (checkpointed); rerun resumes."
 )
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "Multi-process: HOST:PORT of process 0's coordinator."
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process: process count.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-process: this process's rank.")
+_INIT_TIMEOUT = flags.DEFINE_integer(
+    "initialization_timeout_s", 300, "Multi-process: seconds to wait for all processes to join."
+)
+_HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
+    "heartbeat_timeout_s",
+    100,
+    "Multi-process: a process silent this long is declared dead and the others stop "
+    "with an error (instead of hanging).",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -28,7 +48,14 @@ def main(argv):
     """Runs `trainer.train_and_evaluate` with the flags' config and workdir."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.INFO)
+    launch = distributed.resolve_launch(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    distributed.initialize(
+        launch,
+        initialization_timeout_s=_INIT_TIMEOUT.value,
+        heartbeat_timeout_s=_HEARTBEAT_TIMEOUT.value,
+    )
+    # Process 0 alone logs progress and ε; the others report only problems.
+    logging.set_verbosity(logging.INFO if distributed.is_primary() else logging.WARNING)
     trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 

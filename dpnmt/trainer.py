@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from dpnmt import bridge, checkpointing, core, experiment, models, privacy
+from dpnmt import bridge, checkpointing, core, distributed, experiment, models, privacy
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 
 CONFIG_FILE = "config.json"
@@ -261,10 +261,16 @@ def train_and_evaluate(
       stop_after_steps: end this session after this step (checkpointed), as if
         interrupted; rerunning resumes. None trains to the end.
 
+    In a multi-process run (`jax.distributed` initialised, see
+    `dpnmt.distributed`) every process calls this with the same config and a
+    shared `workdir`; process 0 alone writes files, logs and reports ε.
+
     Returns:
-      The results dict also written to `workdir/results.json`.
+      The results dict (process 0 also writes it to `workdir/results.json`).
     """
-    check_workdir_config(workdir, config)
+    distributed.on_primary(
+        lambda: check_workdir_config(workdir, config), "checking the workdir's config"
+    )
     manager = checkpointing.make_manager(workdir)
     resuming = manager.latest_step() is not None
     if (
@@ -273,16 +279,31 @@ def train_and_evaluate(
         and config.dp.noise_multiplier is None
     ):
         raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
-    noise_seed = _noise_seed(config, workdir, resuming)
+    # Process 0 reads or draws the secret seed and broadcasts it (no other
+    # process touches private/, and no shared-filesystem race on its creation).
+    noise_seed = distributed.broadcast_int(
+        distributed.on_primary(
+            lambda: _noise_seed(config, workdir, resuming), "reading the secret noise seed"
+        )
+    )
 
     corpus = experiment.load_corpus(config)
-    tokenizer, vocabulary = experiment.build_tokenizer(
-        config,
-        corpus,
-        workdir,
-        noise_seed=_derived_seed(noise_seed, "vocabulary"),
-        learn=not resuming,  # A resumed run reloads its vocabulary, never relearns it.
+
+    def tokenizer_and_vocabulary(learn: bool):
+        return experiment.build_tokenizer(
+            config,
+            corpus,
+            workdir,
+            noise_seed=_derived_seed(noise_seed, "vocabulary"),
+            learn=learn,
+        )
+
+    # A resumed run reloads its vocabulary, never relearns it; process 0 learns
+    # it once and the others load what it saved.
+    built = distributed.on_primary(
+        lambda: tokenizer_and_vocabulary(not resuming), "building the vocabulary"
     )
+    tokenizer, vocabulary = built if built is not None else tokenizer_and_vocabulary(False)
     tokenized, stats = experiment.tokenize_corpus(config, corpus, tokenizer)
     for split, split_stats in stats.splits.items():
         logging.info("Preprocessing %s: %s", split, split_stats)
@@ -319,16 +340,19 @@ def train_and_evaluate(
     bridge.check_physical_batch_size(config.train.physical_batch_size, mesh)
     # Lot membership must be secret for Poisson amplification: the sampler is
     # seeded from the private run seed, never from the public config.seed.
+    # Lots are drawn over indices only (identically on every process); each
+    # process then fetches just the rows its devices hold.
     sampler_seed = _derived_seed(noise_seed, "sampler")
+    lot_indices = bridge.IndexOnly(train_examples)
     if plan.sampling == privacy.POISSON:
         lots = bridge.PoissonLots(
-            train_examples,
+            lot_indices,
             plan.expected_lot_size,
             seed=None if config.dp.secure_rng else sampler_seed,
             secure_rng=config.dp.secure_rng,
         )
     else:
-        lots = bridge.ShuffledLots(train_examples, plan.expected_lot_size, seed=sampler_seed)
+        lots = bridge.ShuffledLots(lot_indices, plan.expected_lot_size, seed=sampler_seed)
 
     # Parameters and optimizer state live replicated on the data mesh.
     replicated = bridge.replicated_sharding(mesh)
@@ -361,8 +385,12 @@ def train_and_evaluate(
         # Fresh secure lots after a resume: never pair them with replayed noise keys.
         noise_base = jax.random.fold_in(noise_base, _count_session(workdir))
     dropout_base = jax.random.fold_in(root, 1)
-    evaluator = Evaluator(config, model, model_config, tokenizer, tokenized, corpus, steps, mesh)
-    writer = MetricsWriter(workdir)
+    # Every process evaluates on its own devices (identical results, no
+    # cross-process traffic); process 0 alone writes them.
+    evaluator = Evaluator(
+        config, model, model_config, tokenizer, tokenized, corpus, steps, distributed.local_mesh()
+    )
+    writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
     if start_step == 0 and config.train.eval_every_steps:
         metrics = evaluator.validation(models.merge_params(trainable, frozen))
         metrics.update(step=0, epsilon=0.0)
@@ -373,7 +401,11 @@ def train_and_evaluate(
     step = start_step
     # Host side (sampling, micro-batching, sharding) runs a lot ahead in a thread.
     prefetched = bridge.device_lots(
-        lots, mesh, config.train.physical_batch_size, pad_values=train_examples.pad_values
+        lots,
+        mesh,
+        config.train.physical_batch_size,
+        pad_values=train_examples.pad_values,
+        rows_from=train_examples,
     )
     last_stop = (
         plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
@@ -381,7 +413,8 @@ def train_and_evaluate(
     try:
         while step < last_stop and not stopped_early:
             microbatches = next(prefetched)  # Empty for an empty lot: still a step.
-            acc = core.init_accumulator(trainable)
+            # Placed like the step's output, so add_microbatch compiles once, not twice.
+            acc = jax.device_put(core.init_accumulator(trainable), replicated)
             loss_sum = jnp.zeros(())
             for index, micro in enumerate(microbatches):
                 key = jax.random.fold_in(jax.random.fold_in(dropout_base, step), index)
@@ -417,6 +450,7 @@ def train_and_evaluate(
                         "Early stopping at step %d (best BLEU at step %d).", step, best["step"]
                     )
                     stopped_early = True
+                stopped_early = distributed.agree(stopped_early)
             if (
                 step % config.train.checkpoint_every_steps == 0
                 or step in (plan.num_steps, last_stop)
@@ -465,7 +499,8 @@ def train_and_evaluate(
         "validation_note": "validation pairs drive evaluation and early stopping and are "
         "not protected by the guarantee; carve them from data you may publish",
     }
-    write_json(os.path.join(workdir, RESULTS_FILE), results)
+    if distributed.is_primary():
+        write_json(os.path.join(workdir, RESULTS_FILE), results)
     logging.info(
         "Test: %s  Privacy: %s",
         json.dumps(results["test"], default=_json_default),
@@ -613,8 +648,9 @@ def _sampler_state_from_json(state: dict) -> dict:
 def _save(
     manager, workdir, step, trainable, opt_state, lots, noise_seed, best, history, plan, stopped
 ) -> None:
-    with open(_sampler_path(workdir, step), "w") as f:
-        json.dump(_sampler_state_to_json(lots.state_dict()), f)
+    if distributed.is_primary():  # Every process holds the same sampler state.
+        with open(_sampler_path(workdir, step), "w") as f:
+            json.dump(_sampler_state_to_json(lots.state_dict()), f)
     meta = {
         "step": step,
         "noise_seed_sha256": _seed_hash(noise_seed),
@@ -715,6 +751,7 @@ class Evaluator:
 
     def validation(self, params) -> dict:
         """Validation loss and BLEU on the first `data.max_eval_examples` pairs."""
+        params = distributed.to_local(params, self._mesh)
         limit = self._config.data.max_eval_examples
         hypotheses, references = self.translate(params, "validation", limit)
         split, _ = self._split("validation", limit)
@@ -723,5 +760,6 @@ class Evaluator:
 
     def test(self, params) -> dict:
         """Test-split scores (BERTScore if `eval.bertscore`)."""
+        params = distributed.to_local(params, self._mesh)
         hypotheses, references = self.translate(params, "test", self._config.data.max_test_examples)
         return self.scores(hypotheses, references, bertscore=self._config.eval.bertscore)

@@ -5,7 +5,8 @@ Data flow: `TokenizedExamples` (torch Dataset view) -> `PoissonLots` or
 (ceil(n / b) fixed `[b, ...]` micro-batches with a `mask`) -> `shard_microbatch`
 (global arrays sharded `P('data')`) -> `dp_lot_gradient` (noise once per lot).
 `Prefetcher` runs the host part in a background thread; `device_lots` chains
-split, shard and prefetch.
+split, shard and prefetch. With `IndexOnly` lots, each process fetches only the
+rows its devices hold (`shard_fetched_microbatch`).
 """
 
 from dpnmt.bridge.dataset import TokenizedExamples
@@ -21,6 +22,7 @@ from dpnmt.bridge.lots import (
 from dpnmt.bridge.microbatch import EXAMPLE_INDEX, MASK, PADDING_INDEX, to_microbatches
 from dpnmt.bridge.pipeline import device_lots
 from dpnmt.bridge.prefetch import Prefetcher
+from dpnmt.bridge.process_rows import IndexOnly, shard_fetched_microbatch
 from dpnmt.bridge.sharding import (
     DATA_AXIS,
     batch_sharding,
@@ -37,6 +39,7 @@ __all__ = [
     "MASK",
     "PADDING_INDEX",
     "DpLotStep",
+    "IndexOnly",
     "Lot",
     "LotCollator",
     "LotSource",
@@ -52,6 +55,7 @@ __all__ = [
     "make_data_mesh",
     "make_dp_lot_step",
     "replicated_sharding",
+    "shard_fetched_microbatch",
     "shard_microbatch",
     "to_microbatches",
     "validate_sampling_rate",

@@ -53,7 +53,7 @@ def check_physical_batch_size(physical_batch_size: int, mesh: Mesh) -> None:
         )
 
 
-def _process_rows(sharding: NamedSharding, global_shape: tuple[int, ...]) -> slice:
+def process_rows(sharding: NamedSharding, global_shape: tuple[int, ...]) -> slice:
     """The contiguous rows of a global batch that this process's devices hold."""
     row_slices = [
         index[0] for index in sharding.addressable_devices_indices_map(global_shape).values()
@@ -90,7 +90,7 @@ def shard_microbatch(microbatch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[s
     physical_batch_size = next(iter(sizes.values()))
     check_physical_batch_size(physical_batch_size, mesh)
     sharding = batch_sharding(mesh)
-    rows = _process_rows(sharding, (physical_batch_size,))
+    rows = process_rows(sharding, (physical_batch_size,))
     # One call for all fields: far cheaper than one transfer call per field.
     return jax.make_array_from_process_local_data(
         {name: sharding for name in microbatch},

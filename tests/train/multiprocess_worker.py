@@ -1,0 +1,111 @@
+"""One process of a multi-process test run, started by `test_multiprocess.py`.
+
+    python multiprocess_worker.py MODE PORT NUM_PROCESSES PROCESS_ID WORKDIR [STOP_AFTER]
+
+MODE `train`: a DP training of the shrunken tiny config (`small_config`) in
+WORKDIR, stopping after STOP_AFTER steps if given. MODE `release`: one sharded
+DP lot gradient of a linear loss, whose result process 0 saves to
+WORKDIR/release.npz. MODE `die`: the last process exits right after joining,
+the others wait in a collective (they must fail, not hang). The caller sets
+XLA_FLAGS (devices per process) and PYTHONPATH (this worktree).
+"""
+
+import sys
+
+from dpnmt import distributed
+
+
+def small_config():
+    """`configs/tiny.py:eps8` shrunk to a few seconds of work (as the test shrinks it)."""
+    from tests.train.test_end_to_end import small_config as end_to_end_config
+
+    c = end_to_end_config("eps8")
+    c.data.max_train_examples = 200
+    c.data.max_source_length = c.data.max_target_length = 16
+    c.data.max_eval_examples = c.data.max_test_examples = 4
+    c.tokenizer.vocab_size = 300
+    c.model.d_model, c.model.d_ff, c.model.d_kv, c.model.num_heads = 32, 64, 8, 2
+    c.dp.target_epsilon, c.dp.noise_multiplier = None, 1.0  # No σ calibration (slow).
+    c.train.expected_lot_size = 32
+    c.train.physical_batch_size = 8
+    c.train.eval_every_steps = 0
+    c.train.checkpoint_every_steps = 2
+    c.train.log_every_steps = 100
+    c.eval.max_new_tokens = 4
+    return c
+
+
+def release(workdir: str):
+    """The lot gradient of fixed per-example vectors, rows split over all processes."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from dpnmt import bridge, core
+
+    dim, rows = RELEASE_DIM, RELEASE_ROWS
+    examples = release_examples()
+    mesh = bridge.make_data_mesh()
+    step = bridge.make_dp_lot_step(
+        lambda params, example: jnp.dot(params["w"], example["x"]),
+        mesh,
+        l2_clip=RELEASE_CLIP,
+        noise_multiplier=RELEASE_SIGMA,
+        expected_lot_size=RELEASE_LOT,
+    )
+    micro = {
+        "x": examples,
+        bridge.MASK: np.ones(rows, np.float32),
+        bridge.EXAMPLE_INDEX: np.arange(rows, dtype=np.int32),
+    }
+    params = jax.device_put({"w": jnp.zeros(dim)}, bridge.replicated_sharding(mesh))
+    key = core.noise_key_for_step(core.key_from_seed(RELEASE_SEED), 0)
+    grad = bridge.dp_lot_gradient(step, params, [bridge.shard_microbatch(micro, mesh)], key)
+    local = np.asarray(grad["w"].addressable_data(0))
+    if distributed.is_primary():
+        np.savez(f"{workdir}/release.npz", w=local)
+
+
+RELEASE_DIM, RELEASE_ROWS, RELEASE_LOT = 4096, 16, 16
+RELEASE_CLIP, RELEASE_SIGMA, RELEASE_SEED = 2.0, 1.5, 11
+
+
+def release_examples():
+    """`[rows, dim]` per-example gradients, each of norm 1 < C (never clipped)."""
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(RELEASE_ROWS, RELEASE_DIM)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def main(argv):
+    mode, port, num_processes, process_id, workdir = argv[1:6]
+    stop_after = int(argv[6]) if len(argv) > 6 else None
+    launch = None  # One process: no jax.distributed at all (the reference run).
+    if int(num_processes) > 1:
+        launch = distributed.resolve_launch(
+            f"127.0.0.1:{port}", int(num_processes), int(process_id)
+        )
+    distributed.initialize(launch, initialization_timeout_s=60, heartbeat_timeout_s=10)
+    if mode == "release":
+        release(workdir)
+        return
+    if mode == "die":
+        import os
+
+        if int(process_id) == int(num_processes) - 1:
+            os._exit(3)  # A crash: no clean shutdown of jax.distributed.
+        release(workdir)  # Blocks in its all-reduce until the runtime gives up.
+        return
+    import jax
+
+    from dpnmt import trainer
+
+    # Compiles in about half the time; every training run of the test (the
+    # one-process reference too) uses it, so results compare like for like.
+    jax.config.update("jax_disable_most_optimizations", True)
+    trainer.train_and_evaluate(small_config(), workdir, stop_after_steps=stop_after)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
