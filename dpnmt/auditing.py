@@ -365,12 +365,9 @@ def summarize(rows: list[dict], options: AuditOptions, privacy: dict) -> dict:
             "secret_in_output": int(sum(r["secret_in_output"] for r in members)),
         }
 
-    if privacy["private"] and privacy["vocabulary"]["covered_by_guarantee"]:
-        claimed_epsilon, claimed_delta = privacy["total_epsilon"], privacy["total_delta"]
-    elif privacy["private"]:  # A vocabulary learnt from private data without DP.
-        claimed_epsilon, claimed_delta = math.inf, privacy["dp_sgd_delta"]
-    else:
-        claimed_epsilon, claimed_delta = math.inf, privacy["dp_sgd_delta"]
+    # total_epsilon is inf for a non-private run or a vocabulary outside the guarantee.
+    claimed_epsilon = privacy["total_epsilon"] if privacy["private"] else math.inf
+    claimed_delta = privacy.get("total_delta", privacy["dp_sgd_delta"])
     membership = membership_audit(
         np.array([r["log_likelihood"] for r in inserted]),
         np.array([r["log_likelihood"] for r in held_out]),
@@ -380,7 +377,7 @@ def summarize(rows: list[dict], options: AuditOptions, privacy: dict) -> dict:
         confidence=options.confidence,
     )
     return {
-        "options": {k: v for k, v in dataclasses.asdict(options).items()},
+        "options": dataclasses.asdict(options),
         "membership": membership,
         "exposure_max_possible": math.log2(rows[0]["num_candidates"]),
         "inserted": group(inserted),
