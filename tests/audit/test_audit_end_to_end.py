@@ -40,7 +40,7 @@ def public_text(tmp_path_factory):
     return str(path)
 
 
-def audit_config(variant, vocabulary_text, *, epochs=200):
+def audit_config(variant, vocabulary_text, *, epochs=200, learning_rate=1e-2):
     spec = importlib.util.spec_from_file_location("tiny", CONFIG_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -56,9 +56,10 @@ def audit_config(variant, vocabulary_text, *, epochs=200):
     c.model.num_layers = c.model.num_decoder_layers = 1
     c.model.dropout_rate = 0.0
     c.model.source_prefix = ""
-    c.train.expected_lot_size = c.train.physical_batch_size = 16
+    c.train.expected_lot_size = 16
+    c.train.physical_batch_size = 24  # Most lots in one micro-batch.
     c.train.num_epochs = epochs
-    c.train.learning_rate = 1e-2
+    c.train.learning_rate = learning_rate
     c.train.decay = "constant"
     c.train.warmup_steps = 2
     c.train.eval_every_steps = 0
@@ -69,13 +70,13 @@ def audit_config(variant, vocabulary_text, *, epochs=200):
 
 
 def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
-    config = audit_config("nonprivate", public_text, epochs=20)
+    config = audit_config("nonprivate", public_text, epochs=20, learning_rate=3e-3)
     options = auditing.AuditOptions(repeats=8, **OPTIONS)
     report = auditing.run_audit(config, str(tmp_path), options, canary_seed=3)
     membership = report["membership"]
     # Held-out secrets sit near the unlearnt mean of 1/ln 2 = 1.44 bits (max 6.64).
     assert report["held_out"]["exposure_mean"] < 2.5
-    assert report["inserted"]["exposure_mean"] > 5.0
+    assert report["inserted"]["exposure_mean"] > 4.0
     assert membership["auc"] > 0.95
     assert membership["epsilon_lower_bound"] > 1.0
     assert membership["consistent"] and membership["claimed_epsilon"] == float("inf")
@@ -93,11 +94,14 @@ def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
     # The run trained on the corpus plus 8 copies of each inserted canary.
     inserted = sum(c["inserted"] for c in saved)
     results = json.loads((tmp_path / trainer.RESULTS_FILE).read_text())
-    assert results["privacy"]["dataset_size"] == 8 + 8 * inserted
+    train = results["preprocessing"]["train"]
+    assert train["num_examples"] == 8 + 8 * inserted
+    assert results["privacy"]["dataset_size"] == train["num_kept"]
 
 
 def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text):
-    config = audit_config("eps1", public_text)
+    # Fewer epochs than the noise-free run below (time); still a DP run claiming ε = 1.
+    config = audit_config("eps1", public_text, epochs=40)
     report = auditing.run_audit(
         config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
     )
