@@ -101,7 +101,7 @@ def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
 
 def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text):
     # Fewer epochs than the noise-free run below (time); still a DP run claiming ε = 1.
-    config = audit_config("eps1", public_text, epochs=40)
+    config = audit_config("eps1", public_text, epochs=20)
     report = auditing.run_audit(
         config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
     )
