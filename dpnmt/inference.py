@@ -68,7 +68,7 @@ def decode_and_score(
     )
     report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
     if not zero_shot:
-        params, plan, steps_done = _restore_params(config, workdir, params)
+        params, plan, steps_done = restore_params(config, workdir, params)
         report = trainer.privacy_report(plan, steps_done, vocabulary)
     evaluator = trainer.Evaluator(
         config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
@@ -105,10 +105,10 @@ def load_trained_params(workdir: str):
     _, _, params = experiment.build_model(
         config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
     )
-    return _restore_params(config, workdir, params)
+    return restore_params(config, workdir, params)
 
 
-def _restore_params(config, workdir: str, params):
+def restore_params(config, workdir: str, params):
     """Params with the checkpoint's trainable part, the plan and the steps done."""
     manager = checkpointing.make_manager(workdir)
     if manager.latest_step() is None:

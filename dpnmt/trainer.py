@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -251,7 +252,11 @@ def privacy_report(plan: privacy.PrivacyPlan, steps_done: int, vocabulary) -> di
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str, *, stop_after_steps: int | None = None
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    stop_after_steps: int | None = None,
+    corpus_transform: Callable[[Any], Any] | None = None,
 ) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint), evaluates, reports.
 
@@ -260,6 +265,11 @@ def train_and_evaluate(
       workdir: output folder: config.json, tokenizer, checkpoints, results.json.
       stop_after_steps: end this session after this step (checkpointed), as if
         interrupted; rerunning resumes. None trains to the end.
+      corpus_transform: `DatasetDict -> DatasetDict` applied to the loaded
+        corpus before the tokenizer and the privacy plan are built, so rows it
+        adds to train are training examples like any other (in the vocabulary's
+        histogram, in N and q). `dpnmt.auditing` adds its canaries this way; a
+        resumed run must pass the same transform.
 
     In a multi-process run (`jax.distributed` initialised, see
     `dpnmt.distributed`) every process calls this with the same config and a
@@ -288,6 +298,8 @@ def train_and_evaluate(
     )
 
     corpus = experiment.load_corpus(config)
+    if corpus_transform is not None:
+        corpus = corpus_transform(corpus)
 
     def tokenizer_and_vocabulary(learn: bool):
         return experiment.build_tokenizer(

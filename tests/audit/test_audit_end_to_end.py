@@ -1,0 +1,140 @@
+"""The audit on real (tiny) training runs of the shared WMT sample.
+
+Small overrides of configs/tiny.py: 8 corpus pairs plus 64 canaries (2-digit
+keys and secrets), a 1-layer d_model=64 T5 and many cheap epochs, so that a
+run without noise memorises its canaries. The vocabulary is public
+SentencePiece (test split + the public templates), so the claimed ε is
+DP-SGD's alone and a small claim is possible.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+
+import pytest
+
+from dpnmt import auditing, core, experiment, trainer
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.environ.get("DPNMT_DATA_DIR"),
+        reason="needs the shared corpora: set DPNMT_DATA_DIR (e.g. ../shared/data)",
+    ),
+]
+
+CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
+EPS1_CLAIM = 1.0  # configs/tiny.py:eps1, DP-SGD's ε (the vocabulary is public).
+OPTIONS = dict(num_canaries=64, key_length=2, secret_length=2, num_candidates=99)
+
+
+@pytest.fixture(scope="module")
+def public_text(tmp_path_factory):
+    """Public vocabulary text: the corpus's test split and the canary templates."""
+    path = tmp_path_factory.mktemp("vocab") / "public.txt"
+    corpus = experiment.load_corpus(audit_config("nonprivate", None))
+    lines = [text for row in corpus["test"]["translation"] for text in row.values()]
+    templates = ["customer 0 1 2 account number", "my account number is 3 4 5 6 7 8 9"]
+    path.write_text("\n".join(lines + templates * 20) + "\n")
+    return str(path)
+
+
+def audit_config(variant, vocabulary_text, *, epochs=200, learning_rate=1e-2):
+    spec = importlib.util.spec_from_file_location("tiny", CONFIG_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(variant)
+    c.noise_seed = 7  # Fixed for the test; release runs draw one from the OS.
+    c.data.max_train_examples = 8
+    c.data.max_source_length = c.data.max_target_length = 16
+    c.data.max_eval_examples = c.data.max_test_examples = 8
+    c.tokenizer.kind = "sentencepiece_public"
+    c.tokenizer.public_text_paths = (vocabulary_text,) if vocabulary_text else ()
+    c.tokenizer.vocab_size = 600
+    c.model.d_model, c.model.d_ff, c.model.d_kv = 64, 128, 16
+    c.model.num_layers = c.model.num_decoder_layers = 1
+    c.model.dropout_rate = 0.0
+    c.model.source_prefix = ""
+    c.train.expected_lot_size = 16
+    c.train.physical_batch_size = 24  # Most lots in one micro-batch.
+    c.train.num_epochs = epochs
+    c.train.learning_rate = learning_rate
+    c.train.decay = "constant"
+    c.train.warmup_steps = 2
+    c.train.eval_every_steps = 0
+    c.train.checkpoint_every_steps = 10_000
+    c.train.log_every_steps = 100
+    c.eval.max_new_tokens = c.eval.batch_size = 16
+    return c
+
+
+def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
+    config = audit_config("nonprivate", public_text, epochs=20, learning_rate=3e-3)
+    options = auditing.AuditOptions(repeats=8, **OPTIONS)
+    report = auditing.run_audit(config, str(tmp_path), options, canary_seed=3)
+    membership = report["membership"]
+    # Held-out secrets sit near the unlearnt mean of 1/ln 2 = 1.44 bits (max 6.64).
+    assert report["held_out"]["exposure_mean"] < 2.5
+    assert report["inserted"]["exposure_mean"] > 4.0
+    assert membership["auc"] > 0.95
+    assert membership["epsilon_lower_bound"] > 1.0
+    assert membership["consistent"] and membership["claimed_epsilon"] == float("inf")
+    assert report["inserted"]["exact_match"] > report["held_out"]["exact_match"]
+    # Files: the public report and plot; secrets only under private/.
+    on_disk = json.loads((tmp_path / auditing.AUDIT_FILE).read_text())
+    assert on_disk["membership"]["auc"] == pytest.approx(membership["auc"])
+    assert (tmp_path / auditing.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    private = tmp_path / trainer.PRIVATE_DIR
+    saved = json.loads((private / auditing.CANARY_FILE).read_text())["canaries"]
+    rows = json.loads((private / auditing.CANARY_SCORES_FILE).read_text())
+    assert len(saved) == len(rows) == 64
+    public = (tmp_path / auditing.AUDIT_FILE).read_text()
+    assert not any(c["target"] in public or c["source"] in public for c in saved)
+    # The run trained on the corpus plus 8 copies of each inserted canary.
+    inserted = sum(c["inserted"] for c in saved)
+    results = json.loads((tmp_path / trainer.RESULTS_FILE).read_text())
+    train = results["preprocessing"]["train"]
+    assert train["num_examples"] == 8 + 8 * inserted
+    assert results["privacy"]["dataset_size"] == train["num_kept"]
+
+
+def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text):
+    # Fewer epochs than the noise-free run below (time); still a DP run claiming ε = 1.
+    config = audit_config("eps1", public_text, epochs=20)
+    report = auditing.run_audit(
+        config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
+    )
+    membership = report["membership"]
+    assert membership["claimed_epsilon"] == pytest.approx(EPS1_CLAIM, rel=1e-2)
+    assert membership["epsilon_lower_bound"] <= membership["claimed_epsilon"]
+    assert membership["consistent"] and "consistent" in membership["verdict"]
+
+
+def test_a_step_without_noise_is_caught(tmp_path, public_text, monkeypatch):
+    """The same eps1 run with its noise switched off: the claim must be refuted."""
+    real = core.noisy_average
+
+    def noiseless(state, key, noise_multiplier, l2_clip, expected_lot_size):
+        return real(state, key, 0.0, l2_clip, expected_lot_size)
+
+    monkeypatch.setattr(core, "noisy_average", noiseless)
+    config = audit_config("eps1", public_text)
+    report = auditing.run_audit(
+        config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
+    )
+    membership = report["membership"]
+    assert membership["claimed_epsilon"] == pytest.approx(EPS1_CLAIM, rel=1e-2)
+    assert membership["epsilon_lower_bound"] > membership["claimed_epsilon"]
+    assert not membership["consistent"] and "INCONSISTENT" in membership["verdict"]
+
+
+def test_rerun_with_other_options_is_refused(tmp_path):
+    auditing.canary_seed_and_list(str(tmp_path), auditing.AuditOptions(**OPTIONS), 3)
+    seed, again = auditing.canary_seed_and_list(
+        str(tmp_path), auditing.AuditOptions(**OPTIONS), None
+    )
+    assert seed == 3 and len(again) == 64  # Reloaded, not redrawn.
+    other = auditing.AuditOptions(**{**OPTIONS, "num_canaries": 32})
+    with pytest.raises(ValueError, match="other options"):
+        auditing.canary_seed_and_list(str(tmp_path), other, None)
