@@ -41,7 +41,9 @@ _MODES = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per cell (after 2 warm-up steps).")
 _TIMEOUT = flags.DEFINE_integer("timeout_s", 600, "Per-cell limit; slower cells are skipped.")
 _JSON = flags.DEFINE_string("json", "dp_step.json", "Where to write the results.")
-_CAPACITY = flags.DEFINE_integer("capacity_mib", 0, "Peak-RSS cap for the capacity search (0: off).")
+_CAPACITY = flags.DEFINE_integer(
+    "capacity_mib", 0, "Peak-RSS cap for the capacity search (0: off)."
+)
 _CAPACITY_MODES = flags.DEFINE_list("capacity_modes", ["jax", "vmap", "ghost"], "Modes searched.")
 _CAPACITY_MAX = flags.DEFINE_integer("capacity_max_batch", 512, "Largest batch tried.")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: run one cell, 'model:batch:seq:mode'.")
@@ -160,7 +162,9 @@ def _torch_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) ->
     inputs = {
         "input_ids": ids[0],
         "attention_mask": torch.ones(batch, seq, dtype=torch.long),
-        "decoder_input_ids": torch.cat([torch.zeros(batch, 1, dtype=torch.long), labels[:, :-1]], 1),
+        "decoder_input_ids": torch.cat(
+            [torch.zeros(batch, 1, dtype=torch.long), labels[:, :-1]], 1
+        ),
     }
     per_token = torch.nn.CrossEntropyLoss(reduction="none")
     extra = {}
@@ -240,9 +244,16 @@ def _worker(cell: str, steps: int) -> None:
 
 def _run_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) -> dict:
     cell = {"model": model_name, "batch": batch, "seq": seq, "mode": mode}
-    command = [sys.executable, "-m", "benchmarks.dp_step", f"--worker={model_name}:{batch}:{seq}:{mode}"]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.dp_step",
+        f"--worker={model_name}:{batch}:{seq}:{mode}",
+    ]
     command.append(f"--steps={steps}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    )
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=_TIMEOUT.value, env=env, check=False

@@ -327,9 +327,7 @@ def train_and_evaluate(
     trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
     tx = make_optimizer(config.train, plan.num_steps)
     opt_state = tx.init(trainable)
-    steps = make_steps(
-        model, model_config, tx, plan, config.dp.clipping, config.dp.clipping_chunk
-    )
+    steps = make_steps(model, model_config, tx, plan, config.dp.clipping, config.dp.clipping_chunk)
 
     mesh = bridge.make_data_mesh()
     bridge.check_physical_batch_size(config.train.physical_batch_size, mesh)

@@ -200,7 +200,11 @@ def private_grad_sum(
         zeros = jax.tree_util.tree_map(
             lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params
         )
-        xs = (jax.tree_util.tree_map(split, batch), split(mask), None if keys is None else split(keys))
+        xs = (
+            jax.tree_util.tree_map(split, batch),
+            split(mask),
+            None if keys is None else split(keys),
+        )
         grad_sum, (norms, losses) = jax.lax.scan(body, zeros, xs)
         norms, losses = norms.reshape(batch_size), losses.reshape(batch_size)
     counted = (mask.astype(jnp.float32) != 0) & jnp.isfinite(norms) & jnp.isfinite(losses)

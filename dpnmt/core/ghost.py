@@ -107,11 +107,10 @@ class _Interceptor:
         leaf_index: dict[int, int] | None = None,
         shadows: Sequence[chex.Array] | None = None,
         plan: Sequence[_Call] | None = None,
-        handled: frozenset[int] = frozenset(),
         perturbations: Sequence[chex.Array | None] = (),
     ):
         self.leaf_index, self.shadows = leaf_index, shadows
-        self.plan, self.handled, self.perturbations = plan, handled, perturbations
+        self.plan, self.perturbations = plan, perturbations
         self.calls: list[_Call] = []
         self.captured: list[chex.Array | None] = []
 
@@ -145,7 +144,9 @@ class _Interceptor:
         if perturbation is None:
             self.captured.append(None)
             return y
-        self.captured.append(x if kind != _DENSE or _has_role(self.plan[number], "kernel") else None)
+        self.captured.append(
+            x if kind != _DENSE or _has_role(self.plan[number], "kernel") else None
+        )
         return y + perturbation.astype(y.dtype)
 
     def check_complete(self) -> None:
@@ -208,7 +209,9 @@ def _uses_of(call: _Call, name: str, captured, grad, batch: int) -> _Use:
         x = captured.astype(jnp.float32)
         return _Use("factor", x.reshape(batch, -1, x.shape[-1]), g)
     if call.kind == _LOOKUP:
-        return _Use("ids", jnp.broadcast_to(captured, (batch,) + captured.shape[1:]).reshape(batch, -1), g)
+        return _Use(
+            "ids", jnp.broadcast_to(captured, (batch,) + captured.shape[1:]).reshape(batch, -1), g
+        )
     q = captured.astype(jnp.float32)
     return _Use("factor", g, q.reshape(batch, -1, q.shape[-1]))
 
@@ -322,7 +325,7 @@ def ghost_clipped_sum(
         full = list(leaves)
         for index, leaf in zip(fallback, fallback_leaves, strict=True):
             full[index] = leaf
-        interceptor = _Interceptor(plan=plan, handled=handled, perturbations=perturbations)
+        interceptor = _Interceptor(plan=plan, perturbations=perturbations)
         with nn.intercept_methods(interceptor):
             loss = _call_loss(loss_fn, treedef.unflatten(full), example, key)
         interceptor.check_complete()
