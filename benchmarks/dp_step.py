@@ -2,10 +2,11 @@
 
 One training step (gradient of the per-example token-mean losses, DP: clip,
 sum, noise once, SGD update) on T5-style models built from the same config in
-Flax (`dpnmt.models`) and in `transformers` (PyTorch). Every cell (model ×
-batch × sequence length × mode) runs in its own subprocess, one after another
-in this run, so that peak RSS is that mode's own and the ratios compare runs
-taken side by side on the same machine state.
+Flax (`dpnmt.models`) and in `transformers` (PyTorch). Per cell (model ×
+batch × sequence length), the JAX modes run in one subprocess and the PyTorch
+modes in another, taking turns step by step, so that machine load hits all
+modes alike and the ratios compare steps taken side by side; each mode's peak
+RSS comes from a separate one-step subprocess of its own.
 
     python -m benchmarks.dp_step                      # tiny, batch 8/32, seq 32
     python -m benchmarks.dp_step --models=tiny,t5-small --batch_sizes=8,32,128 \
@@ -64,18 +65,22 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _time_steps(step, steps: int) -> list[float]:
-    for _ in range(2):
-        step()
-    times = []
+def _time_interleaved(runs: dict, steps: int) -> dict[str, list[float]]:
+    """Step times per mode, the modes taking turns so that load hits all alike."""
+    for run in runs.values():
+        for _ in range(2):  # Compile and warm up.
+            run()
+    times = {mode: [] for mode in runs}
     for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+        for mode, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[mode].append(time.perf_counter() - start)
     return times
 
 
-def _jax_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) -> dict:
+def _jax_cell(model_name: str, batch: int, seq: int, mode: str):
+    """A function running one jitted step of `mode`, and its XLA temporary memory."""
     import jax
     import jax.numpy as jnp
 
@@ -135,10 +140,11 @@ def _jax_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) -> d
         state["params"] = compiled(state["params"], data, key)
         jax.block_until_ready(state["params"])
 
-    return {"times": _time_steps(run, steps), "xla_temp_mib": temp}
+    return run, {"xla_temp_mib": temp}
 
 
-def _torch_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) -> dict:
+def _torch_cell(model_name: str, batch: int, seq: int, mode: str):
+    """A function running one PyTorch step of `mode` on its own model copy."""
     import torch
     import transformers
 
@@ -167,7 +173,6 @@ def _torch_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) ->
         ),
     }
     per_token = torch.nn.CrossEntropyLoss(reduction="none")
-    extra = {}
 
     def example_losses(module):
         logits = module(**inputs).logits
@@ -231,48 +236,73 @@ def _torch_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) ->
             example_losses(wrapped).sum().backward()
             optimizer.step()
 
-    return {"times": _time_steps(run, steps), **extra}
+    return run, {}
 
 
 def _worker(cell: str, steps: int) -> None:
-    model_name, batch, seq, mode = cell.split(":")
-    fn = _torch_cell if mode.startswith(("torch", "opacus")) else _jax_cell
-    result = fn(model_name, int(batch), int(seq), mode, steps)
-    result["peak_rss_mib"] = _peak_rss_mib()
-    print("RESULT " + json.dumps(result))
+    model_name, batch, seq, modes = cell.split(":")
+    runs, results = {}, {}
+    for mode in modes.split(","):
+        fn = _torch_cell if mode.startswith(("torch", "opacus")) else _jax_cell
+        runs[mode], results[mode] = fn(model_name, int(batch), int(seq), mode)
+    for mode, times in _time_interleaved(runs, steps).items():
+        results[mode]["times"] = times
+    print("RESULT " + json.dumps({"modes": results, "peak_rss_mib": _peak_rss_mib()}))
 
 
-def _run_cell(model_name: str, batch: int, seq: int, mode: str, steps: int) -> dict:
-    cell = {"model": model_name, "batch": batch, "seq": seq, "mode": mode}
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.dp_step",
-        f"--worker={model_name}:{batch}:{seq}:{mode}",
-    ]
-    command.append(f"--steps={steps}")
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
-    )
+def _subprocess(model_name: str, batch: int, seq: int, modes: list[str], steps: int):
+    """Runs one worker; its parsed result, or the reason it gave none."""
+    cell = f"{model_name}:{batch}:{seq}:{','.join(modes)}"
+    command = [sys.executable, "-m", "benchmarks.dp_step", f"--worker={cell}", f"--steps={steps}"]
+    path = os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=_TIMEOUT.value, env=env, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT.value,
+            env=dict(os.environ, PYTHONPATH=path),
+            check=False,
         )
     except subprocess.TimeoutExpired:
-        return {**cell, "skipped": f"over --timeout_s={_TIMEOUT.value}"}
+        return None, f"over --timeout_s={_TIMEOUT.value}"
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {**cell, "skipped": f"exit {done.returncode}: {tail[:200]}"}
-    result = json.loads(lines[-1][len("RESULT ") :])
-    median = statistics.median(result.pop("times"))
-    return {
-        **cell,
-        **result,
-        "median_s": median,
-        "examples_per_s": batch / median,
-        "tokens_per_s": 2 * batch * seq / median,
-    }
+        return None, f"exit {done.returncode}: {tail[:200]}"
+    return json.loads(lines[-1][len("RESULT ") :]), None
+
+
+def _run_cell(model_name: str, batch: int, seq: int, modes: list[str], steps: int) -> list[dict]:
+    """Times the modes interleaved (one process per framework), then each mode's peak RSS alone."""
+    rows = {mode: {"model": model_name, "batch": batch, "seq": seq, "mode": mode} for mode in modes}
+    frameworks = (
+        [m for m in modes if not m.startswith(("torch", "opacus"))],
+        [m for m in modes if m.startswith(("torch", "opacus"))],
+    )
+    for group in frameworks:
+        if not group:
+            continue
+        result, why = _subprocess(model_name, batch, seq, group, steps)
+        for mode in group:
+            if result is None:
+                rows[mode]["skipped"] = why
+                continue
+            median = statistics.median(result["modes"][mode].pop("times"))
+            rows[mode].update(result["modes"][mode])
+            rows[mode].update(
+                median_s=median,
+                examples_per_s=batch / median,
+                tokens_per_s=2 * batch * seq / median,
+            )
+    for mode in modes:
+        if "skipped" in rows[mode]:
+            continue
+        result, why = _subprocess(model_name, batch, seq, [mode], steps=1)
+        rows[mode]["peak_rss_mib"] = result["peak_rss_mib"] if result else None
+        if result is None:
+            rows[mode]["rss_skipped"] = why
+    return list(rows.values())
 
 
 def _ratios(rows: list[dict]) -> list[dict]:
@@ -287,7 +317,11 @@ def _ratios(rows: list[dict]) -> list[dict]:
         for dp, base in (("vmap", "jax"), ("ghost", "jax")):
             if dp in modes and base in modes:
                 entry[f"{dp}/jax time"] = modes[dp]["median_s"] / modes[base]["median_s"]
-                entry[f"{dp}/jax rss"] = modes[dp]["peak_rss_mib"] / modes[base]["peak_rss_mib"]
+                if modes[dp]["peak_rss_mib"] and modes[base]["peak_rss_mib"]:
+                    rss = modes[dp]["peak_rss_mib"] / modes[base]["peak_rss_mib"]
+                    entry[f"{dp}/jax rss"] = rss
+                temp = modes[dp]["xla_temp_mib"] / modes[base]["xla_temp_mib"]
+                entry[f"{dp}/jax xla temp"] = temp
         opacus = [m for m in modes if m.startswith("opacus")]
         if opacus and "torch" in modes:
             best = min(opacus, key=lambda m: modes[m]["median_s"])
@@ -304,12 +338,11 @@ def _capacity(model_name: str, seq: int, mode: str) -> dict:
     """Largest batch (doubling from 8) whose peak RSS stays under the cap."""
     best, batch, why = None, 8, "reached --capacity_max_batch"
     while batch <= _CAPACITY_MAX.value:
-        row = _run_cell(model_name, batch, seq, mode, steps=1)
-        if "skipped" in row:
-            why = row["skipped"]
+        result, why = _subprocess(model_name, batch, seq, [mode], steps=1)
+        if result is None:
             break
-        if row["peak_rss_mib"] > _CAPACITY.value:
-            why = f"batch {batch}: peak RSS {row['peak_rss_mib']:.0f} MiB"
+        if result["peak_rss_mib"] > _CAPACITY.value:
+            why = f"batch {batch}: peak RSS {result['peak_rss_mib']:.0f} MiB"
             break
         best, batch = batch, batch * 2
     return {"model": model_name, "seq": seq, "mode": mode, "largest_batch": best, "stopped": why}
@@ -326,9 +359,10 @@ def _print_table(rows: list[dict], ratios: list[dict], capacity: list[dict]) -> 
             print(f"{head} skipped: {row['skipped']}")
             continue
         temp = f"{row['xla_temp_mib']:>12.0f}" if "xla_temp_mib" in row else f"{'':>12}"
+        rss = f"{row['peak_rss_mib']:>12.0f}" if row.get("peak_rss_mib") else f"{'-':>12}"
         print(
             f"{head} {row['median_s'] * 1e3:>9.1f} {row['examples_per_s']:>8.1f} "
-            f"{row['tokens_per_s']:>9.0f} {row['peak_rss_mib']:>12.0f} {temp}"
+            f"{row['tokens_per_s']:>9.0f} {rss} {temp}"
         )
     print("\nratios (same run, side by side)")
     for entry in ratios:
@@ -356,8 +390,7 @@ def main(argv):
     for model_name in _MODELS.value:
         for seq in map(int, _SEQS.value):
             for batch in map(int, _BATCHES.value):
-                for mode in _MODES.value:
-                    row = _run_cell(model_name, batch, seq, mode, _STEPS.value)
+                for row in _run_cell(model_name, batch, seq, _MODES.value, _STEPS.value):
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     capacity = []
