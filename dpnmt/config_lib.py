@@ -111,6 +111,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.dp.accountant = "pld"  # pld (tight) | rdp.
     c.dp.sampling = "poisson"  # poisson (guarantee with amplification) | shuffle.
     c.dp.secure_rng = False  # Opacus' secure generator for Poisson lots (releases).
+    c.dp.clipping = "ghost"  # ghost (book-keeping, no per-example grads) | vmap; same sum.
+    c.dp.clipping_chunk = 0  # Clip a micro-batch in chunks of this many rows (0: at once).
 
     c.train = ml_collections.ConfigDict()
     c.train.expected_lot_size = 64  # L: expected examples per lot (q = L/N).

@@ -104,8 +104,15 @@ class _Steps:
     eval_loss: Any  # (params, micro) -> (loss_sum, count)
 
 
-def make_steps(model, model_config, tx, plan: privacy.PrivacyPlan) -> _Steps:
-    """Builds the jitted micro-batch, lot-update and evaluation functions."""
+def make_steps(
+    model, model_config, tx, plan: privacy.PrivacyPlan, clipping="ghost", clipping_chunk=0
+) -> _Steps:
+    """Builds the jitted micro-batch, lot-update and evaluation functions.
+
+    `clipping` ("ghost" | "vmap") and `clipping_chunk` (rows per sequential
+    clipping chunk, 0: the whole micro-batch) are passed to
+    `core.private_grad_sum`; they change cost, not the result.
+    """
 
     def add_microbatch(acc, trainable, frozen, micro, key):
         batch = {name: micro[name] for name in EXAMPLE_FIELDS}
@@ -118,7 +125,14 @@ def make_steps(model, model_config, tx, plan: privacy.PrivacyPlan) -> _Steps:
         real = jnp.sum(mask != 0).astype(jnp.int32)
         if plan.private:
             grad_sum, _, mean_loss = core.private_grad_sum(
-                loss_fn, trainable, batch, mask, plan.l2_clip, key=key
+                loss_fn,
+                trainable,
+                batch,
+                mask,
+                plan.l2_clip,
+                key=key,
+                clipping=clipping,
+                microbatch_size=clipping_chunk or None,
             )
         else:  # Non-private baseline: plain gradient of the sum of example losses.
             keys = jax.random.split(key, mask.shape[0])
@@ -346,7 +360,7 @@ def train_and_evaluate(
     trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
     tx = make_optimizer(config.train, plan.num_steps)
     opt_state = tx.init(trainable)
-    steps = make_steps(model, model_config, tx, plan)
+    steps = make_steps(model, model_config, tx, plan, config.dp.clipping, config.dp.clipping_chunk)
 
     mesh = bridge.make_data_mesh()
     bridge.check_physical_batch_size(config.train.physical_batch_size, mesh)

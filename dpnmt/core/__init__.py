@@ -1,7 +1,8 @@
 """dpnmt.core: pure, jit-able DP-SGD building blocks for any JAX project.
 
 Per-example clipping, Gaussian noise, gradient accumulation over micro-batches,
-and privacy accounting. Imports only jax, chex, optax and dp_accounting.
+and privacy accounting. Imports only jax, chex, optax, dp_accounting, and flax
+(to find the layers of a Flax loss for book-keeping clipping, `dpnmt.core.ghost`).
 """
 
 from dpnmt.core.accounting import (

@@ -1,0 +1,192 @@
+"""Book-keeping ("ghost") clipping: same sum as `vmap`, same sensitivity, same edge cases."""
+
+import functools
+from unittest import mock
+
+import chex
+import flax.linen as nn
+import hypothesis
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from absl.testing import absltest, parameterized
+from hypothesis import strategies as st
+
+from dpnmt import core
+from dpnmt.core import ghost
+
+VOCAB, LENGTH, WIDTH = 11, 5, 6
+
+
+class _TiedLM(nn.Module):
+    """Embedding used twice and as the output layer, Dense with bias, LayerNorm."""
+
+    @nn.compact
+    def __call__(self, ids, features):
+        embed = nn.Embed(VOCAB, WIDTH)
+        h = embed(ids) + nn.Dense(WIDTH)(features)
+        h = jnp.tanh(nn.Dense(2 * WIDTH, name="up")(nn.LayerNorm()(h)))
+        h = nn.Dense(WIDTH, use_bias=False, name="down")(h) + embed(ids[..., ::-1])
+        return embed.attend(h)
+
+
+class _Custom(nn.Module):
+    """A matrix parameter read outside any Dense/Embed call (must fall back)."""
+
+    @nn.compact
+    def __call__(self, ids, features):
+        dense = nn.Dense(WIDTH)
+        matrix = self.param("matrix", nn.initializers.normal(1.0), (WIDTH, WIDTH))
+        h = dense(features) @ matrix
+        # The same kernel also read directly: it cannot be factorised either.
+        h = h + features @ dense.variables["params"]["kernel"]
+        return nn.Embed(VOCAB, WIDTH)(ids) + h
+
+
+@functools.cache
+def _loss_fn(module_type):
+    module = module_type()
+
+    def loss_fn(p, example):
+        out = module.apply({"params": p}, example["ids"][None], example["features"][None])[0]
+        if out.shape[-1] != VOCAB:
+            return jnp.sum(jnp.sin(out))
+        logp = jax.nn.log_softmax(out)
+        return -jnp.mean(jnp.take_along_axis(logp, example["labels"][:, None], axis=1))
+
+    return loss_fn
+
+
+def _setup(module_type, seed=0, rows=6):
+    rng = np.random.default_rng(seed)
+    batch = {
+        "ids": jnp.asarray(rng.integers(0, VOCAB, (rows, LENGTH)), jnp.int32),
+        "features": jnp.asarray(rng.normal(size=(rows, LENGTH, 3)), jnp.float32),
+        "labels": jnp.asarray(rng.integers(0, VOCAB, (rows, LENGTH)), jnp.int32),
+    }
+    init = module_type().init(jax.random.key(seed), batch["ids"][:1], batch["features"][:1])
+    return init["params"], batch, _loss_fn(module_type)
+
+
+@functools.cache
+def _jitted(clipping, loss_fn, microbatch_size):
+    return jax.jit(
+        functools.partial(
+            core.private_grad_sum, loss_fn, clipping=clipping, microbatch_size=microbatch_size
+        )
+    )
+
+
+def _run(clipping, loss_fn, params, batch, mask, l2_clip, microbatch_size=None):
+    return _jitted(clipping, loss_fn, microbatch_size)(params, batch, mask, l2_clip)
+
+
+def _assert_same(expected, got):
+    chex.assert_trees_all_close(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-5)
+    np.testing.assert_allclose(got[2], expected[2], rtol=1e-6)
+
+
+class GhostClippingTest(parameterized.TestCase):
+    @parameterized.parameters("all", "some", "none")
+    def test_matches_vmap_with_tied_embedding_and_masked_rows(self, clipped):
+        params, batch, loss_fn = _setup(_TiedLM)
+        mask = jnp.array([1, 0, 1, 1, 1, 1])
+        norms = np.asarray(_run("vmap", loss_fn, params, batch, mask, 1.0)[1])
+        l2_clip = {"all": norms.min() / 2, "some": np.median(norms), "none": norms.max() * 2}
+        l2_clip = float(l2_clip[clipped])
+        self.assertEqual(clipped == "some", (norms > l2_clip).any() and (norms < l2_clip).any())
+        expected = _run("vmap", loss_fn, params, batch, mask, l2_clip)
+        _assert_same(expected, _run("ghost", loss_fn, params, batch, mask, l2_clip))
+
+    def test_unfactorisable_parameters_fall_back_exactly_and_are_named_once(self):
+        params, batch, loss_fn = _setup(_Custom)
+        mask = jnp.array([1, 1, 1, 0, 1, 1])
+        expected = _run("vmap", loss_fn, params, batch, mask, 0.5)
+        ghost._warned.clear()
+        with self.assertLogs(level="WARNING") as logs:
+            got = _run("ghost", loss_fn, params, batch, mask, 0.5)
+            # A second trace of the same parameters does not warn again.
+            _run("ghost", loss_fn, params, batch, mask, 0.5, microbatch_size=3)
+            logging.warning("end")
+        _assert_same(expected, got)
+        warnings = [line for line in logs.output if "ghost clipping" in line]
+        self.assertLen(warnings, 1)
+        self.assertIn("['matrix']", warnings[0])
+        self.assertIn("['Dense_0']['kernel']", warnings[0])
+        self.assertNotIn("Embed_0", warnings[0])
+
+    def test_nonfinite_example_is_dropped_as_in_vmap(self):
+        params, batch, loss_fn = _setup(_TiedLM)
+        batch["features"] = batch["features"].at[2, 1, 0].set(jnp.nan)
+        mask = jnp.ones(6)
+        expected = _run("vmap", loss_fn, params, batch, mask, 1.0)
+        got = _run("ghost", loss_fn, params, batch, mask, 1.0)
+        self.assertEqual(int(core.count_nonfinite(got[1], mask)), 1)
+        self.assertFalse(np.isfinite(got[1][2]))
+        self.assertTrue(all(np.isfinite(v).all() for v in jax.tree_util.tree_leaves(got[0])))
+        _assert_same(expected, got)
+
+    @parameterized.parameters("ghost", "vmap")
+    def test_microbatching_changes_nothing(self, clipping):
+        params, batch, loss_fn = _setup(_TiedLM)
+        mask = jnp.array([1, 1, 0, 1, 1, 1])
+        whole = _run(clipping, loss_fn, params, batch, mask, 0.5)
+        chunked = _run(clipping, loss_fn, params, batch, mask, 0.5, microbatch_size=2)
+        _assert_same(whole, chunked)
+
+    @parameterized.parameters(True, False)
+    def test_both_norm_methods_are_exact(self, prefer_ghost):
+        # A static cost rule picks one method per parameter; force each in turn.
+        def forced(uses, shape):
+            del shape
+            return prefer_ghost and all(use.kind != "direct" for use in uses)
+
+        params, batch, loss_fn = _setup(_TiedLM)
+        mask = jnp.array([1, 1, 1, 1, 0, 1])
+        expected = _run("vmap", loss_fn, params, batch, mask, 0.8)
+        with mock.patch.object(ghost, "_prefer_ghost", forced):
+            got = jax.jit(
+                lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, 0.8, clipping="ghost")
+            )(params, batch, mask)
+        _assert_same(expected, got)
+
+    def test_bad_arguments_are_named(self):
+        params, batch, loss_fn = _setup(_TiedLM)
+        with self.assertRaisesRegex(ValueError, "clipping='fast'"):
+            core.private_grad_sum(loss_fn, params, batch, jnp.ones(6), 1.0, clipping="fast")
+        with self.assertRaisesRegex(ValueError, "microbatch_size=4"):
+            core.private_grad_sum(loss_fn, params, batch, jnp.ones(6), 1.0, microbatch_size=4)
+
+
+@hypothesis.settings(max_examples=12)  # Each example costs a few (cached) compiled runs.
+@hypothesis.given(
+    seed=st.integers(0, 2**16),
+    rows=st.integers(2, 4),
+    removed=st.integers(0, 3),
+    log_scale=st.floats(-3.0, 3.0),
+    l2_clip=st.floats(1e-3, 1e3),
+)
+def test_ghost_sensitivity_of_removing_one_example_is_at_most_c(
+    seed, rows, removed, log_scale, l2_clip
+):
+    """For D and D' = D minus one example, the ghost clipped sums differ by <= C in L2."""
+    params, batch, loss_fn = _setup(_TiedLM, seed=seed, rows=rows)
+    batch["features"] = batch["features"] * 10.0**log_scale
+    removed = removed % rows
+    neighbour = jax.tree_util.tree_map(lambda v: jnp.delete(v, removed, axis=0), batch)
+    full, _, _ = _run("ghost", loss_fn, params, batch, jnp.ones(rows), l2_clip)
+    less, _, _ = _run("ghost", loss_fn, params, neighbour, jnp.ones(rows - 1), l2_clip)
+    diff = np.concatenate(
+        [
+            np.ravel(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+            for a, b in zip(*map(jax.tree_util.tree_leaves, (full, less)), strict=True)
+        ]
+    )
+    # Float32 rounding of a sum of B terms each of norm <= C.
+    assert np.linalg.norm(diff) <= l2_clip * (1 + 1e-5) + 1e-6 * l2_clip * rows
+
+
+if __name__ == "__main__":
+    absltest.main()
