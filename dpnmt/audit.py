@@ -47,7 +47,6 @@ _SOURCE_TEMPLATE = flags.DEFINE_string(
 _TARGET_TEMPLATE = flags.DEFINE_string(
     "target_template", canaries.TARGET_TEMPLATE, "Canary target with one {secret}."
 )
-flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
@@ -69,4 +68,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: importing this module (tests, other apps) must not
+    # make these flags required for every absl app in the process.
+    flags.mark_flags_as_required(["config", "workdir"])
     app.run(main)

@@ -27,7 +27,6 @@ _BERTSCORE_MODEL = flags.DEFINE_string(
 _ZERO_SHOT = flags.DEFINE_boolean(
     "zero_shot", False, "Decode --config's pretrained model without training (baseline)."
 )
-flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
@@ -56,4 +55,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: importing this module (tests, other apps) must not
+    # make these flags required for every absl app in the process.
+    flags.mark_flags_as_required(["workdir"])
     app.run(main)

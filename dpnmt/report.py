@@ -17,7 +17,6 @@ from dpnmt import plots, summary
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The sweep's --workdir.")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/report).")
-flags.mark_flags_as_required(["workdir"])
 
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 FIGURES = ("bleu_vs_epsilon.png", "learning_curves.png", "epsilon_vs_step.png")
@@ -65,4 +64,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: importing this module (tests, other apps) must not
+    # make these flags required for every absl app in the process.
+    flags.mark_flags_as_required(["workdir"])
     app.run(main)

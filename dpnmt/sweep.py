@@ -40,7 +40,6 @@ _JAX_CACHE = flags.DEFINE_bool(
     "Share compiled XLA programs between runs via <workdir>/jax_cache (unless "
     "JAX_COMPILATION_CACHE_DIR is set); they hold shapes and σ, no data.",
 )
-flags.mark_flags_as_required(["config", "workdir", "grid"])
 
 TAIL_LINES = 40  # Lines of a failed run's log kept in the manifest.
 
@@ -244,4 +243,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: importing this module (tests, other apps) must not
+    # make these flags required for every absl app in the process.
+    flags.mark_flags_as_required(["config", "workdir", "grid"])
     app.run(main, flags_parser=_parse_flags)

@@ -41,7 +41,6 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
     "Multi-process: a process silent this long is declared dead and the others stop "
     "with an error (instead of hanging).",
 )
-flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
@@ -60,4 +59,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: importing this module (tests, other apps) must not
+    # make these flags required for every absl app in the process.
+    flags.mark_flags_as_required(["config", "workdir"])
     app.run(main)
