@@ -161,6 +161,34 @@ def tokenize_corpus(
     )
 
 
+TOKENIZE_TRAIN_MODES = ("auto", "upfront", "per_lot")
+
+
+def tokenizes_train_per_lot(config: ml_collections.ConfigDict) -> bool:
+    """Whether the train split is tokenized per lot (`data.tokenize_train`)."""
+    mode = config.data.tokenize_train
+    if mode not in TOKENIZE_TRAIN_MODES:
+        raise ValueError(
+            f"data.tokenize_train={mode!r} is unknown; use one of {TOKENIZE_TRAIN_MODES}."
+        )
+    return mode == "per_lot" or (mode == "auto" and jax.process_count() > 1)
+
+
+def tokenize_train_on_demand(
+    config: ml_collections.ConfigDict, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
+) -> tuple[preprocess_lib.OnDemandSplit, preprocess_lib.SplitStats]:
+    """The train split as `tokenize_corpus` would give it, tokenized only when fetched."""
+    return preprocess_lib.preprocess_on_demand(
+        split,
+        tokenizer,
+        pair=config.data.pair,
+        family=config.model.family,
+        max_source_length=config.data.max_source_length,
+        max_target_length=config.data.max_target_length,
+        source_prefix=config.model.source_prefix,
+    )
+
+
 def trainable_predicate(config: ml_collections.ConfigDict):
     """`(path, leaf) -> bool`: which parameters get per-example gradients (`model.trainable`)."""
     if config.model.trainable:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import datasets
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -178,6 +179,40 @@ def _examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
     )
 
 
+def tokenize_splits(config, corpus, tokenizer):
+    """Tokenized evaluation splits, the train split's examples, and per-split counts.
+
+    The train split is tokenized up front, or per lot (`data.tokenize_train`):
+    then a process tokenizes only the rows it fetches, and the train split's
+    truncation counts are None (not counted). Either way the examples, N and
+    the lots are the same.
+
+    Returns:
+      (DatasetDict of the tokenized splits: all of them, or all but train when
+      per lot; the train examples, a torch Dataset; split -> `SplitStats`).
+    """
+    if not experiment.tokenizes_train_per_lot(config):
+        tokenized, stats = experiment.tokenize_corpus(config, corpus, tokenizer)
+        return tokenized, _examples(tokenized["train"], config, tokenizer.pad_id), stats.splits
+    evaluation_splits = datasets.DatasetDict({k: v for k, v in corpus.items() if k != "train"})
+    tokenized, stats = experiment.tokenize_corpus(config, evaluation_splits, tokenizer)
+    train, train_stats = experiment.tokenize_train_on_demand(config, corpus["train"], tokenizer)
+    logging.info(
+        "The train split is tokenized per lot (data.tokenize_train=%s): each process "
+        "tokenizes only the rows it feeds; its truncation is not counted "
+        "(python -m dpnmt.data.inspect counts it).",
+        config.data.tokenize_train,
+    )
+    examples = bridge.TokenizedOnDemand(
+        train.encode,
+        len(train),
+        max_source_length=config.data.max_source_length,
+        max_target_length=config.data.max_target_length,
+        pad_id=tokenizer.pad_id,
+    )
+    return tokenized, examples, {"train": train_stats, **stats.splits}
+
+
 def check_workdir_config(workdir: str, config: ml_collections.ConfigDict) -> None:
     """Writes the resolved config, or refuses a workdir made by a different one.
 
@@ -330,10 +365,9 @@ def train_and_evaluate(
         lambda: tokenizer_and_vocabulary(not resuming), "building the vocabulary"
     )
     tokenizer, vocabulary = built if built is not None else tokenizer_and_vocabulary(False)
-    tokenized, stats = experiment.tokenize_corpus(config, corpus, tokenizer)
-    for split, split_stats in stats.splits.items():
-        logging.info("Preprocessing %s: %s", split, split_stats)
-    train_examples = _examples(tokenized["train"], config, tokenizer.pad_id)
+    tokenized, train_examples, split_stats = tokenize_splits(config, corpus, tokenizer)
+    for split, counts in split_stats.items():
+        logging.info("Preprocessing %s: %s", split, counts)
     plan = privacy.plan_privacy(config.dp, config.train, len(train_examples))
     planned = privacy_report(plan, plan.num_steps, vocabulary)
     logging.info(
@@ -519,7 +553,7 @@ def train_and_evaluate(
         "seconds_per_epoch": train_seconds
         / max(step - start_step, 1)
         * max(plan.steps_per_epoch, 1),
-        "preprocessing": {s: dataclasses.asdict(v) for s, v in stats.splits.items()},
+        "preprocessing": {s: dataclasses.asdict(v) for s, v in split_stats.items()},
         "preprocessing_note": "exact counts, including the private training split's: "
         "not covered by the privacy guarantee",
         "validation_note": "validation pairs drive evaluation and early stopping and are "

@@ -6,10 +6,11 @@ Data flow: `TokenizedExamples` (torch Dataset view) -> `PoissonLots` or
 (global arrays sharded `P('data')`) -> `dp_lot_gradient` (noise once per lot).
 `Prefetcher` runs the host part in a background thread; `device_lots` chains
 split, shard and prefetch. With `IndexOnly` lots, each process fetches only the
-rows its devices hold (`shard_fetched_microbatch`).
+rows its devices hold (`shard_fetched_microbatch`); over `TokenizedOnDemand`
+it also tokenizes only those rows.
 """
 
-from dpnmt.bridge.dataset import TokenizedExamples
+from dpnmt.bridge.dataset import TokenizedExamples, TokenizedOnDemand
 from dpnmt.bridge.lots import (
     Lot,
     LotCollator,
@@ -47,6 +48,7 @@ __all__ = [
     "Prefetcher",
     "ShuffledLots",
     "TokenizedExamples",
+    "TokenizedOnDemand",
     "batch_sharding",
     "check_physical_batch_size",
     "device_lots",

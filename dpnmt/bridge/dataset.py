@@ -5,7 +5,7 @@ a row. A row longer than the fixed length it is padded to is an error naming the
 row, its length and the limit, so no example is ever shortened silently here.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch.utils.data
@@ -164,14 +164,113 @@ class TokenizedExamples(torch.utils.data.Dataset):
 
     def field_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Per-example shape and dtype of every field except `index`."""
-        return {
-            INPUT_IDS: (self._input_ids.shape[1:], self._input_ids.dtype),
-            INPUT_LENGTH: ((), self._input_length.dtype),
-            LABELS: (self._labels.shape[1:], self._labels.dtype),
-            LABEL_LENGTH: ((), self._label_length.dtype),
-        }
+        return _field_specs(self._input_ids.shape[1], self._labels.shape[1])
 
     @property
     def pad_values(self) -> Mapping[str, int]:
         """Fill value per field for padding rows: `pad_id` for ids, 0 for lengths."""
-        return {INPUT_IDS: self.pad_id, INPUT_LENGTH: 0, LABELS: self.pad_id, LABEL_LENGTH: 0}
+        return _pad_values(self.pad_id)
+
+
+class TokenizedOnDemand(torch.utils.data.Dataset):
+    """Like `TokenizedExamples`, but each row is tokenized when it is fetched.
+
+    A multi-process run samples lots over indices and each process fetches only
+    its rows of each micro-batch, so with this view a process tokenizes only
+    those rows, never the whole split. Fetched rows are the arrays
+    `TokenizedExamples` would hold for the same ids.
+    """
+
+    def __init__(
+        self,
+        encode: Callable[[np.ndarray], tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]],
+        num_examples: int,
+        *,
+        max_source_length: int,
+        max_target_length: int,
+        pad_id: int = 0,
+    ):
+        """Wraps an encoder of rows.
+
+        Args:
+          encode: `[n]` int64 row indices -> (source ids, target ids), one
+            sequence per row, already truncated (e.g. `OnDemandSplit.encode`).
+          num_examples: N, rows in the split.
+          max_source_length: fixed length of `input_ids`, in tokens.
+          max_target_length: fixed length of `labels`, in tokens.
+          pad_id: token id used for padding.
+
+        Raises:
+          ValueError: no examples, or a non-positive max length.
+        """
+        if num_examples <= 0:
+            raise ValueError(
+                f"TokenizedOnDemand got {num_examples} examples; check the corpus path and filters."
+            )
+        for name, value in (
+            ("max_source_length", max_source_length),
+            ("max_target_length", max_target_length),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be a positive number of tokens, got {value}.")
+        self._encode, self._num_examples = encode, int(num_examples)
+        self._max_source_length, self._max_target_length = max_source_length, max_target_length
+        self.pad_id = int(pad_id)
+
+    def __len__(self) -> int:
+        """Number of examples N."""
+        return self._num_examples
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        """Example `index`, tokenized now (see `TokenizedExamples.__getitem__`)."""
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> ExampleBlock:
+        """Examples `indices`, tokenized in one call and padded.
+
+        Raises:
+          IndexError: an index outside [0, N).
+          ValueError: the encoder returned a row longer than its max length.
+        """
+        rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self._num_examples):
+            raise IndexError(f"row indices must lie in [0, {self._num_examples}).")
+        source_ids, target_ids = self._encode(rows)
+        input_ids, input_length = _pad_rows(
+            source_ids, self._max_source_length, self.pad_id, "source_ids"
+        )
+        labels, label_length = _pad_rows(
+            target_ids, self._max_target_length, self.pad_id, "target_ids"
+        )
+        return ExampleBlock(
+            rows,
+            {
+                INPUT_IDS: input_ids,
+                INPUT_LENGTH: input_length,
+                LABELS: labels,
+                LABEL_LENGTH: label_length,
+            },
+        )
+
+    def field_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Per-example shape and dtype of every field except `index`."""
+        return _field_specs(self._max_source_length, self._max_target_length)
+
+    @property
+    def pad_values(self) -> Mapping[str, int]:
+        """Fill value per field for padding rows: `pad_id` for ids, 0 for lengths."""
+        return _pad_values(self.pad_id)
+
+
+def _field_specs(max_source_length: int, max_target_length: int) -> dict:
+    token, length = np.dtype(TOKEN_DTYPE), np.dtype(TOKEN_DTYPE)
+    return {
+        INPUT_IDS: ((max_source_length,), token),
+        INPUT_LENGTH: ((), length),
+        LABELS: ((max_target_length,), token),
+        LABEL_LENGTH: ((), length),
+    }
+
+
+def _pad_values(pad_id: int) -> dict[str, int]:
+    return {INPUT_IDS: pad_id, INPUT_LENGTH: 0, LABELS: pad_id, LABEL_LENGTH: 0}

@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 
 import datasets
 import numpy as np
@@ -44,8 +45,10 @@ class SplitStats:
       num_empty_source: rows whose source was empty (dropped).
       num_empty_target: rows whose target was empty (dropped; a row empty on both
         sides counts in both, once in num_dropped).
-      num_source_truncated: kept rows whose source was cut to max_source_length.
-      num_target_truncated: kept rows whose target was cut to max_target_length.
+      num_source_truncated: kept rows whose source was cut to max_source_length
+        (None: not counted, the split was tokenized on demand).
+      num_target_truncated: kept rows whose target was cut to max_target_length
+        (None: not counted).
     """
 
     num_examples: int
@@ -53,8 +56,8 @@ class SplitStats:
     num_dropped: int
     num_empty_source: int
     num_empty_target: int
-    num_source_truncated: int
-    num_target_truncated: int
+    num_source_truncated: int | None
+    num_target_truncated: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +104,58 @@ def _encode_with_truncation(
         for i, row in zip(too_long, cut, strict=True):
             ids[i] = row
     return ids, full_lengths
+
+
+def empty_sides(sources: Sequence[str], targets: Sequence[str]) -> tuple[list[bool], list[bool]]:
+    """(source empty, target empty) per pair: empty or whitespace-only text (dropped)."""
+    return [not s.strip() for s in sources], [not t.strip() for t in targets]
+
+
+class PairEncoder:
+    """Encodes kept pairs as `preprocess` does: prefix, specials, truncation.
+
+    The one encoding used both for a whole split up front and for rows on
+    demand (`OnDemandSplit`), so the two give the same ids.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, prefix: str, max_source: int, max_target: int):
+        """Keeps the tokenizer, the source prefix and the max lengths (ids, specials included)."""
+        self._tokenizer, self._prefix = tokenizer, prefix
+        self._max_source, self._max_target = max_source, max_target
+
+    def __call__(self, sources: Sequence[str], targets: Sequence[str]):
+        """Returns (input_ids, labels, source full lengths, target full lengths).
+
+        ids: one list of int per pair, truncated; full lengths: before truncation.
+        """
+        input_ids, source_full = _encode_with_truncation(
+            self._tokenizer, [self._prefix + s for s in sources], self._max_source, target=False
+        )
+        labels, target_full = _encode_with_truncation(
+            self._tokenizer, list(targets), self._max_target, target=True
+        )
+        return input_ids, labels, source_full, target_full
+
+
+def _checked_prefix(
+    tokenizer: Tokenizer,
+    pair: LanguagePair,
+    family: str,
+    source_prefix: str | None,
+    max_source_length: int,
+    max_target_length: int,
+) -> str:
+    """The family's source prefix, after checking the options (see `preprocess`)."""
+    prefix = family_source_prefix(family, pair, source_prefix)
+    if family == "mbart":
+        _check_mbart_tokenizer(tokenizer, pair)
+    for name, value in (
+        ("max_source_length", max_source_length),
+        ("max_target_length", max_target_length),
+    ):
+        if value < 2:
+            raise ValueError(f"{name} must be at least 2 (a token and eos), not {value}.")
+    return prefix
 
 
 def _output_features() -> datasets.Features:
@@ -166,15 +221,9 @@ def preprocess(
             f"The corpus was loaded for {corpus_pair(corpus)}, not {pair}; load it with "
             f"pair={str(pair)!r} or preprocess with pair={str(corpus_pair(corpus))!r}."
         )
-    prefix = family_source_prefix(family, pair, source_prefix)
-    if family == "mbart":
-        _check_mbart_tokenizer(tokenizer, pair)
-    for name, value in (
-        ("max_source_length", max_source_length),
-        ("max_target_length", max_target_length),
-    ):
-        if value < 2:
-            raise ValueError(f"{name} must be at least 2 (a token and eos), not {value}.")
+    prefix = _checked_prefix(
+        tokenizer, pair, family, source_prefix, max_source_length, max_target_length
+    )
     options = {
         "version": _CACHE_VERSION,
         "tokenizer": tokenizer.fingerprint,
@@ -185,18 +234,16 @@ def preprocess(
         "max_target_length": max_target_length,
     }
 
+    encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length)
+
     def tokenize(batch, indices):
         sources = [t[pair.source] for t in batch["translation"]]
         targets = [t[pair.target] for t in batch["translation"]]
-        source_empty = [not s.strip() for s in sources]
-        target_empty = [not t.strip() for t in targets]
+        source_empty, target_empty = empty_sides(sources, targets)
         keep = [not (a or b) for a, b in zip(source_empty, target_empty, strict=True)]
         kept = [i for i, k in enumerate(keep) if k]
-        input_ids, source_full = _encode_with_truncation(
-            tokenizer, [prefix + sources[i] for i in kept], max_source_length, target=False
-        )
-        labels, target_full = _encode_with_truncation(
-            tokenizer, [targets[i] for i in kept], max_target_length, target=True
+        input_ids, labels, source_full, target_full = encode(
+            [sources[i] for i in kept], [targets[i] for i in kept]
         )
         num_rows = len(keep)
         out = {
@@ -288,3 +335,94 @@ def _split_stats(mapped: datasets.Dataset, max_source: int, max_target: int) -> 
         num_source_truncated=int((keep & (source_full > max_source)).sum()),
         num_target_truncated=int((keep & (target_full > max_target)).sum()),
     )
+
+
+class OnDemandSplit:
+    """A split whose kept pairs are tokenized only when fetched (per lot).
+
+    Which rows are kept is decided up front from the text alone (the same
+    empty-side rule as `preprocess`), so N, and with it q = L/N, is known
+    without tokenizing anything; `encode` then tokenizes just the rows asked for,
+    with the same `PairEncoder`. Kept row i here is row i of `preprocess`'s
+    output for the same split.
+    """
+
+    def __init__(self, rows: datasets.Dataset, kept: np.ndarray, encode: PairEncoder, pair):
+        """`rows`: the raw split; `kept`: `[N]` int64 positions of its kept rows."""
+        self._rows, self._kept, self._encode, self._pair = rows, kept, encode, pair
+
+    def __len__(self) -> int:
+        """N, the number of kept pairs."""
+        return int(self._kept.shape[0])
+
+    def encode(self, indices: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """(input_ids, labels) of kept pairs `indices` (each in [0, N)), in that order."""
+        positions = self._kept[np.asarray(indices, dtype=np.int64).reshape(-1)]
+        if positions.size == 0:
+            return [], []
+        translations = self._rows[positions.tolist()]["translation"]
+        sources = [t[self._pair.source] for t in translations]
+        targets = [t[self._pair.target] for t in translations]
+        input_ids, labels, _, _ = self._encode(sources, targets)
+        return input_ids, labels
+
+
+def preprocess_on_demand(
+    split: datasets.Dataset,
+    tokenizer: Tokenizer,
+    *,
+    pair: str | LanguagePair,
+    family: str = "none",
+    max_source_length: int,
+    max_target_length: int,
+    source_prefix: str | None = None,
+    batch_size: int = 10_000,
+) -> tuple[OnDemandSplit, SplitStats]:
+    """Like `preprocess` for one split, but tokenizing rows only when they are fetched.
+
+    One pass over the text finds the empty pairs (dropped and counted as
+    `preprocess` does); nothing is tokenized here. Truncation is not counted
+    (it would need every row tokenized): those two counts are None.
+
+    Args:
+      split: one split of a corpus from `corpora.load_corpus`, built for `pair`.
+      tokenizer: as for `preprocess`.
+      pair: as for `preprocess`.
+      family: as for `preprocess`.
+      max_source_length: as for `preprocess`.
+      max_target_length: as for `preprocess`.
+      source_prefix: as for `preprocess`.
+      batch_size: rows read per pass step.
+
+    Returns:
+      (OnDemandSplit over the kept pairs, SplitStats with truncation counts None).
+    """
+    pair = parse_pair(pair)
+    if corpus_pair(split) != pair:
+        raise ValueError(
+            f"The split was loaded for {corpus_pair(split)}, not {pair}; load the corpus with "
+            f"pair={str(pair)!r}."
+        )
+    prefix = _checked_prefix(
+        tokenizer, pair, family, source_prefix, max_source_length, max_target_length
+    )
+    source_empty, target_empty = [], []
+    for batch in split.iter(batch_size=batch_size):
+        sources = [t[pair.source] for t in batch["translation"]]
+        targets = [t[pair.target] for t in batch["translation"]]
+        batch_source_empty, batch_target_empty = empty_sides(sources, targets)
+        source_empty += batch_source_empty
+        target_empty += batch_target_empty
+    source_empty, target_empty = np.asarray(source_empty, bool), np.asarray(target_empty, bool)
+    keep = ~(source_empty | target_empty)
+    encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length)
+    stats = SplitStats(
+        num_examples=len(keep),
+        num_kept=int(keep.sum()),
+        num_dropped=int((~keep).sum()),
+        num_empty_source=int(source_empty.sum()),
+        num_empty_target=int(target_empty.sum()),
+        num_source_truncated=None,
+        num_target_truncated=None,
+    )
+    return OnDemandSplit(split, np.flatnonzero(keep).astype(np.int64), encode, pair), stats

@@ -9,20 +9,14 @@ DP-SGD's alone and a small claim is possible.
 
 import importlib.util
 import json
-import os
 import pathlib
 
 import pytest
 
 from dpnmt import auditing, core, experiment, trainer
+from tests.markers import needs_data
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not os.environ.get("DPNMT_DATA_DIR"),
-        reason="needs the shared corpora: set DPNMT_DATA_DIR (e.g. ../shared/data)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_data]
 
 CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
 EPS1_CLAIM = 1.0  # configs/tiny.py:eps1, DP-SGD's ε (the vocabulary is public).

@@ -30,12 +30,13 @@ class CountingTokenizer:
     """Delegates to a tokenizer and counts encode calls (to see cache hits)."""
 
     def __init__(self, inner):
-        self.inner, self.calls = inner, 0
+        self.inner, self.calls, self.texts = inner, 0, []
         self.pad_id, self.eos_id = inner.pad_id, inner.eos_id
         self.vocab_size, self.fingerprint = inner.vocab_size, inner.fingerprint
 
     def encode(self, texts, *, target=False, max_length=None):
         self.calls += 1
+        self.texts.append(list(texts))
         return self.inner.encode(texts, target=target, max_length=max_length)
 
     def decode(self, ids):
@@ -170,4 +171,47 @@ def test_bad_arguments(spm_tokenizer, rows):
     with pytest.raises(ValueError, match="max_target_length must be at least 2"):
         preprocess.preprocess(
             corpus, spm_tokenizer, pair="de-en", max_source_length=8, max_target_length=1
+        )
+
+
+@pytest.mark.parametrize("family", ["none", "t5"])
+def test_on_demand_split_tokenizes_only_asked_rows_and_equals_upfront(spm_tokenizer, rows, family):
+    """Per-lot tokenization: the same kept rows and ids as `preprocess`, rows only when asked."""
+    options = dict(pair="de-en", family=family, max_source_length=8, max_target_length=6)
+    processed, stats = preprocess.preprocess(_corpus(rows), spm_tokenizer, **options)
+    counting = CountingTokenizer(spm_tokenizer)
+    on_demand, split_stats = preprocess.preprocess_on_demand(
+        _corpus(rows)["train"], counting, **options
+    )
+    assert counting.calls == 0  # N is known without tokenizing anything.
+    upfront = stats.splits["train"]
+    assert len(on_demand) == upfront.num_kept == len(processed["train"]) == 57
+    for field in ("num_examples", "num_kept", "num_dropped", "num_empty_source"):
+        assert getattr(split_stats, field) == getattr(upfront, field)
+    assert split_stats.num_empty_target == upfront.num_empty_target
+    assert split_stats.num_source_truncated is None and split_stats.num_target_truncated is None
+
+    wanted = [56, 0, 7, 7, 31]  # Any order, repeats allowed (as a lot's rows are).
+    input_ids, labels = on_demand.encode(wanted)
+    assert input_ids == [processed["train"][i]["input_ids"] for i in wanted]
+    assert labels == [processed["train"][i]["labels"] for i in wanted]
+    assert max(len(ids) for ids in input_ids) == 8  # Truncation happened, as up front.
+    kept_rows = [(s, t) for s, t in rows if s.strip() and t.strip()]
+    sources = [stats.source_prefix + kept_rows[i][0] for i in wanted]
+    targets = [kept_rows[i][1] for i in wanted]
+    # Only these rows were encoded: sources, their re-cut long ones, targets, theirs.
+    encoded = {text for call in counting.texts for text in call}
+    assert counting.texts[0] == sources
+    assert encoded == set(sources) | set(targets)
+    assert on_demand.encode([]) == ([], [])
+
+
+def test_on_demand_split_refuses_the_wrong_pair(spm_tokenizer, rows):
+    with pytest.raises(ValueError, match="loaded for de-en, not en-de"):
+        preprocess.preprocess_on_demand(
+            _corpus(rows)["train"],
+            spm_tokenizer,
+            pair="en-de",
+            max_source_length=8,
+            max_target_length=6,
         )

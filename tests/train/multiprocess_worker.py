@@ -104,7 +104,32 @@ def main(argv):
     # Compiles in about half the time; every training run of the test (the
     # one-process reference too) uses it, so results compare like for like.
     jax.config.update("jax_disable_most_optimizations", True)
+    _record_encoded_train_rows(workdir, int(process_id))
     trainer.train_and_evaluate(small_config(), workdir, stop_after_steps=stop_after)
+
+
+ENCODED_ROWS = "encoded_train_rows_{}.txt"
+
+
+def _record_encoded_train_rows(workdir: str, process_id: int):
+    """Appends every train row this process tokenizes on demand to a file in `workdir`."""
+    from dpnmt.data import preprocess
+
+    encode = preprocess.OnDemandSplit.encode
+    path = f"{workdir}/{ENCODED_ROWS.format(process_id)}"
+
+    def recording(self, indices):
+        with open(path, "a") as f:  # One line per call, i.e. per micro-batch.
+            f.write(" ".join(str(int(i)) for i in indices) + "\n")
+        return encode(self, indices)
+
+    preprocess.OnDemandSplit.encode = recording
+
+
+def encoded_train_rows(workdir, process_id: int) -> list[list[int]]:
+    """The train rows process `process_id` tokenized, per micro-batch (one list per call)."""
+    with open(f"{workdir}/{ENCODED_ROWS.format(process_id)}") as f:
+        return [[int(i) for i in line.split()] for line in f]
 
 
 if __name__ == "__main__":

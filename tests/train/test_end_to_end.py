@@ -6,7 +6,6 @@ Small overrides of configs/tiny.py keep each run to well under a minute.
 import importlib.util
 import json
 import math
-import os
 import pathlib
 
 import chex
@@ -15,14 +14,9 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpnmt import inference, trainer
+from tests.markers import needs_data
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not os.environ.get("DPNMT_DATA_DIR"),
-        reason="needs the shared corpora: set DPNMT_DATA_DIR (e.g. ../shared/data)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_data]
 
 CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
 

@@ -23,13 +23,10 @@ import pytest
 from scipy import stats
 
 from dpnmt import distributed, inference
+from tests.markers import needs_data
 from tests.train import multiprocess_worker as worker
 
 pytestmark = pytest.mark.slow
-needs_data = pytest.mark.skipif(
-    not os.environ.get("DPNMT_DATA_DIR"),
-    reason="needs the shared corpora: set DPNMT_DATA_DIR (e.g. ../shared/data)",
-)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORKER = pathlib.Path(worker.__file__)
@@ -99,8 +96,12 @@ def _params_at(workdir, step, scratch):
 
 
 @needs_data
-def test_two_processes_train_like_one_and_resume_on_one(tmp_path):
-    """2 x 4 devices for 2 steps, resumed on 1 x 8 to step 4 == 1 x 8 devices throughout."""
+def test_two_and_four_processes_train_like_one(tmp_path):
+    """2 x 4 devices for 2 steps, resumed on 4 x 2 to step 4 == 1 x 8 devices throughout.
+
+    The split runs tokenize the train split per lot (`data.tokenize_train="auto"`
+    on several processes), the reference up front: the same examples either way.
+    """
     reference, split = tmp_path / "reference", tmp_path / "split"
     # The reference (checkpoints at steps 2 and 4) runs beside the first split run.
     running = _start("train", 1, 8, reference, 4)
@@ -108,8 +109,16 @@ def test_two_processes_train_like_one_and_resume_on_one(tmp_path):
     _check(running, _finish(running, RUN_TIMEOUT_S))
     reference_2 = _params_at(reference, 2, tmp_path)
     chex.assert_trees_all_close(_params_at(split, 2, tmp_path), reference_2, rtol=1e-5, atol=1e-6)
+    # Each process tokenized only the rows its 4 devices held of each 8-row
+    # micro-batch: never more than 4, never a row the other process tokenized.
+    rows_0, rows_1 = (worker.encoded_train_rows(split, p) for p in range(2))
+    assert len(rows_0) == len(rows_1) > 0  # One call per micro-batch on each process.
+    for mine, theirs in zip(rows_0, rows_1, strict=True):
+        assert len(mine) <= 4 and len(theirs) <= 4 and not set(mine) & set(theirs)
+    assert sum(map(len, rows_0)) > 0 and sum(map(len, rows_1)) > 0
+    assert not (reference / worker.ENCODED_ROWS.format(0)).exists()  # Tokenized up front.
 
-    _run("train", 1, 8, split, 4)  # Resume on another process count.
+    _run("train", 4, 2, split, 4)  # Resume on another process count.
     reference_4 = _params_at(reference, 4, tmp_path)
     chex.assert_trees_all_close(_params_at(split, 4, tmp_path), reference_4, rtol=1e-5, atol=1e-6)
     # Steps 3-4 moved the parameters far beyond the tolerance: the check has teeth.
@@ -118,13 +127,13 @@ def test_two_processes_train_like_one_and_resume_on_one(tmp_path):
         for a, b in zip(jax.tree.leaves(reference_2), jax.tree.leaves(reference_4), strict=True)
     )
     assert moved > 1e-3
-    # The private records (written by process 0 alone in the 2-process session).
+    # The private records (written by process 0 alone in each session).
     assert (split / "private" / "noise_seed").read_text() == str(worker.small_config().noise_seed)
     assert sorted(p.name for p in (split / "private").glob("sampler_step_*.json")) == [
         "sampler_step_2.json",
         "sampler_step_4.json",
     ]
-    assert not (split / "results.json").exists()  # Stopped early: no final report yet.
+    assert not (split / "results.json").exists()  # Stopped before the end: no report yet.
 
 
 def test_noise_is_drawn_once_on_the_global_sum(tmp_path):
@@ -205,17 +214,20 @@ def test_incomplete_launch_settings_are_refused(flags, match):
         distributed.resolve_launch(*flags, environ={})
 
 
-def test_index_only_lots_fetch_the_same_rows_as_full_lots():
+@pytest.mark.parametrize("tokenized", ["upfront", "on_demand"])
+def test_index_only_lots_fetch_the_same_rows_as_full_lots(tokenized):
     """One process: fetching rows per micro-batch gives exactly the full lot's arrays."""
     from dpnmt import bridge
 
-    examples = bridge.TokenizedExamples(
-        [[i + 1] * (1 + i % 5) for i in range(40)],
-        [[i + 2] * (1 + i % 3) for i in range(40)],
-        max_source_length=6,
-        max_target_length=4,
-        pad_id=0,
-    )
+    source = [[i + 1] * (1 + i % 5) for i in range(40)]
+    target = [[i + 2] * (1 + i % 3) for i in range(40)]
+    lengths = dict(max_source_length=6, max_target_length=4, pad_id=0)
+    examples = bridge.TokenizedExamples(source, target, **lengths)
+    rows_from = examples
+    if tokenized == "on_demand":
+        rows_from = bridge.TokenizedOnDemand(
+            lambda rows: ([source[i] for i in rows], [target[i] for i in rows]), 40, **lengths
+        )
     mesh = bridge.make_data_mesh()
     full = next(iter(bridge.PoissonLots(examples, 12, seed=3)))
     indices = next(iter(bridge.PoissonLots(bridge.IndexOnly(examples), 12, seed=3)))
@@ -225,7 +237,7 @@ def test_index_only_lots_fetch_the_same_rows_as_full_lots():
     fetched = bridge.to_microbatches(indices, 8)
     assert len(expected) == len(fetched) > 0
     for want, micro in zip(expected, fetched, strict=True):
-        got = bridge.shard_fetched_microbatch(micro, mesh, examples, examples.pad_values)
+        got = bridge.shard_fetched_microbatch(micro, mesh, rows_from, rows_from.pad_values)
         assert set(got) == set(want)
         for name, values in want.items():
             np.testing.assert_array_equal(np.asarray(got[name]), values)

@@ -19,14 +19,9 @@ import numpy as np
 import pytest
 
 from dpnmt import grid, report
+from tests.markers import needs_data
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not os.environ.get("DPNMT_DATA_DIR"),
-        reason="needs the shared corpora: set DPNMT_DATA_DIR (e.g. ../shared/data)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_data]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "configs/tiny.py"

@@ -1,0 +1,50 @@
+"""`data.tokenize_train`: per-lot tokenization gives the up-front examples (real corpus)."""
+
+import numpy as np
+import pytest
+
+from dpnmt import experiment, trainer
+from tests.markers import needs_data
+from tests.train.test_end_to_end import small_config
+
+
+@needs_data
+def test_per_lot_examples_equal_upfront_examples_on_the_wmt_sample(tmp_path):
+    config = small_config("eps8")
+    config.data.max_train_examples = 300
+    config.data.max_source_length = config.data.max_target_length = 12  # Some rows truncated.
+    corpus = experiment.load_corpus(config)
+    tokenizer, _ = experiment.build_tokenizer(config, corpus, str(tmp_path), noise_seed=3)
+
+    config.data.tokenize_train = "upfront"
+    tokenized, upfront, upfront_stats = trainer.tokenize_splits(config, corpus, tokenizer)
+    config.data.tokenize_train = "per_lot"
+    evaluation, per_lot, per_lot_stats = trainer.tokenize_splits(config, corpus, tokenizer)
+
+    assert len(per_lot) == len(upfront) == upfront_stats["train"].num_kept > 0
+    rows = np.arange(len(upfront))
+    want, got = upfront.__getitems__(rows), per_lot.__getitems__(rows)
+    for name, values in want.fields.items():
+        np.testing.assert_array_equal(got.fields[name], values, err_msg=name)
+    assert per_lot.pad_values == upfront.pad_values
+    # Only the truncation counts differ: not counted per lot (there were some).
+    train, counted = per_lot_stats["train"], upfront_stats["train"]
+    assert counted.num_source_truncated > 0
+    assert (train.num_source_truncated, train.num_target_truncated) == (None, None)
+    assert train.num_kept == counted.num_kept and train.num_dropped == counted.num_dropped
+    # Evaluation splits are tokenized up front either way, train is not among them.
+    assert set(evaluation) == set(tokenized) - {"train"}
+    for split in evaluation:
+        assert per_lot_stats[split] == upfront_stats[split]
+        assert evaluation[split]["input_ids"] == tokenized[split]["input_ids"]
+
+
+def test_auto_tokenizes_per_lot_only_on_several_processes():
+    config = small_config("eps8")
+    assert config.data.tokenize_train == "auto"
+    assert not experiment.tokenizes_train_per_lot(config)  # One process here.
+    config.data.tokenize_train = "per_lot"
+    assert experiment.tokenizes_train_per_lot(config)
+    config.data.tokenize_train = "lazy"
+    with pytest.raises(ValueError, match="data.tokenize_train='lazy' is unknown"):
+        experiment.tokenizes_train_per_lot(config)
