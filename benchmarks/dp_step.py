@@ -199,13 +199,7 @@ def _torch_cell(model_name: str, batch: int, seq: int, mode: str):
             max_grad_norm=L2_CLIP,
             use_ghost_clipping=mode == "opacus_ghost",
         )
-        optimizer = DPOptimizerFastGradientClipping(
-            torch.optim.SGD(wrapped.parameters(), lr=LEARNING_RATE),
-            noise_multiplier=SIGMA,
-            max_grad_norm=L2_CLIP,
-            expected_batch_size=batch,
-            loss_reduction="sum",
-        )
+        optimizer = DPOptimizerFastGradientClipping(**_opacus_optimizer_args(wrapped, batch))
 
         def run():
             optimizer.zero_grad()
@@ -223,13 +217,7 @@ def _torch_cell(model_name: str, batch: int, seq: int, mode: str):
             loss_reduction="sum",
             force_functorch=mode == "opacus_functorch",
         )
-        optimizer = DPOptimizer(
-            torch.optim.SGD(wrapped.parameters(), lr=LEARNING_RATE),
-            noise_multiplier=SIGMA,
-            max_grad_norm=L2_CLIP,
-            expected_batch_size=batch,
-            loss_reduction="sum",
-        )
+        optimizer = DPOptimizer(**_opacus_optimizer_args(wrapped, batch))
 
         def run():
             optimizer.zero_grad()
@@ -237,6 +225,19 @@ def _torch_cell(model_name: str, batch: int, seq: int, mode: str):
             optimizer.step()
 
     return run, {}
+
+
+def _opacus_optimizer_args(wrapped, batch: int) -> dict:
+    """Arguments of Opacus' DP optimizers: SGD, σ, C and the sum reduction of our losses."""
+    import torch
+
+    return dict(
+        optimizer=torch.optim.SGD(wrapped.parameters(), lr=LEARNING_RATE),
+        noise_multiplier=SIGMA,
+        max_grad_norm=L2_CLIP,
+        expected_batch_size=batch,
+        loss_reduction="sum",
+    )
 
 
 def _worker(cell: str, steps: int) -> None:
