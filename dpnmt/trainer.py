@@ -31,6 +31,9 @@ from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 CONFIG_FILE = "config.json"
 PRIVATE_DIR = "private"  # Secret seed and sampler state: never publish this folder.
 RESULTS_FILE = "results.json"
+# Config fields a resumed run may change: they change how, not what, it trains
+# (the examples, N, lots and noise are the same). config.json records the latest.
+NOT_BINDING_CONFIG_FIELDS = frozenset({"data.tokenize_train"})
 EXAMPLE_FIELDS = (INPUT_IDS, INPUT_LENGTH, LABELS, LABEL_LENGTH)
 
 
@@ -234,17 +237,20 @@ def check_workdir_config(workdir: str, config: ml_collections.ConfigDict) -> Non
     bound = bound or os.path.exists(os.path.join(workdir, experiment.TOKENIZER_FILE))
     if os.path.exists(path) and bound:
         with open(path) as f:
-            previous = json.load(f)
-        if previous != resolved:
-            changed = sorted(
-                _flatten(previous).keys() ^ _flatten(resolved).keys()
-                | {k for k, v in _flatten(resolved).items() if _flatten(previous).get(k) != v}
-            )
+            previous = _flatten(json.load(f))
+        current = _flatten(resolved)
+        changed = sorted(
+            (previous.keys() ^ current.keys())
+            | {k for k, v in current.items() if previous.get(k, v) != v}
+        )
+        changed = [k for k in changed if k not in NOT_BINDING_CONFIG_FIELDS]
+        if changed:
             raise ValueError(
                 f"{workdir} holds a run with a different config (fields differ: {changed}). "
                 "Use a new --workdir, or the same config to resume."
             )
-        return
+        if previous == current:
+            return
     with open(path, "w") as f:
         json.dump(resolved, f, indent=2, sort_keys=True)
 
@@ -555,7 +561,8 @@ def train_and_evaluate(
         * max(plan.steps_per_epoch, 1),
         "preprocessing": {s: dataclasses.asdict(v) for s, v in split_stats.items()},
         "preprocessing_note": "exact counts, including the private training split's: "
-        "not covered by the privacy guarantee",
+        "not covered by the privacy guarantee; None: not counted (the train split was "
+        "tokenized per lot, data.tokenize_train)",
         "validation_note": "validation pairs drive evaluation and early stopping and are "
         "not protected by the guarantee; carve them from data you may publish",
     }

@@ -20,7 +20,11 @@ TOKEN_DTYPE = np.int32
 
 
 def _pad_rows(
-    rows: Sequence[Sequence[int] | np.ndarray], max_length: int, pad_id: int, name: str
+    rows: Sequence[Sequence[int] | np.ndarray],
+    max_length: int,
+    pad_id: int,
+    name: str,
+    row_indices: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Packs ragged token rows into a `[num_rows, max_length]` array.
 
@@ -29,6 +33,8 @@ def _pad_rows(
       max_length: fixed length every row is padded to.
       pad_id: token id written after each row's end.
       name: field name, used in error messages.
+      row_indices: `[num_rows]` example indices of the rows, for error messages
+        (default: their positions).
 
     Returns:
       `(padded [num_rows, max_length] int32, lengths [num_rows] int32)`.
@@ -40,9 +46,10 @@ def _pad_rows(
     too_long = np.flatnonzero(lengths > max_length)
     if too_long.size:
         first = int(too_long[0])
+        row = first if row_indices is None else int(row_indices[first])
         raise ValueError(
             f"{too_long.size} row(s) of {name} are longer than max length {max_length}; "
-            f"first: row {first} has {int(lengths[first])} tokens. The bridge never "
+            f"first: row {row} has {int(lengths[first])} tokens. The bridge never "
             "truncates: truncate in the data layer (tokenization) or raise the max length."
         )
     padded = np.full((len(rows), max_length), pad_id, dtype=TOKEN_DTYPE)
@@ -237,10 +244,10 @@ class TokenizedOnDemand(torch.utils.data.Dataset):
             raise IndexError(f"row indices must lie in [0, {self._num_examples}).")
         source_ids, target_ids = self._encode(rows)
         input_ids, input_length = _pad_rows(
-            source_ids, self._max_source_length, self.pad_id, "source_ids"
+            source_ids, self._max_source_length, self.pad_id, "source_ids", rows
         )
         labels, label_length = _pad_rows(
-            target_ids, self._max_target_length, self.pad_id, "target_ids"
+            target_ids, self._max_target_length, self.pad_id, "target_ids", rows
         )
         return ExampleBlock(
             rows,

@@ -357,7 +357,10 @@ class OnDemandSplit:
 
     def encode(self, indices: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
         """(input_ids, labels) of kept pairs `indices` (each in [0, N)), in that order."""
-        positions = self._kept[np.asarray(indices, dtype=np.int64).reshape(-1)]
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"kept-pair indices must lie in [0, {len(self)}).")
+        positions = self._kept[indices]
         if positions.size == 0:
             return [], []
         translations = self._rows[positions.tolist()]["translation"]

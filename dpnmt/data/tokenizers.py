@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -179,15 +180,22 @@ class HFTokenizer:
         self.eos_id = eos_id
         self.vocab_size = len(tokenizer)
         self.fingerprint = "hf-" + _hf_fingerprint(tokenizer, src_lang, tgt_lang)
+        self._encode_lock = threading.Lock()
 
     def encode(
         self, texts: Sequence[str], *, target: bool = False, max_length: int | None = None
     ) -> list[list[int]]:
-        """Ids per text with the tokenizer's own special tokens and truncation."""
+        """Ids per text with the tokenizer's own special tokens and truncation.
+
+        Thread-safe: a fast tokenizer keeps its truncation (and mBART's
+        source/target mode) as state set on every call, and per-lot training
+        encodes in the prefetch thread, so calls take turns.
+        """
         kwargs = {"truncation": max_length is not None, "max_length": max_length}
-        if target:
-            return self.tokenizer(text_target=list(texts), **kwargs)["input_ids"]
-        return self.tokenizer(list(texts), **kwargs)["input_ids"]
+        with self._encode_lock:
+            if target:
+                return self.tokenizer(text_target=list(texts), **kwargs)["input_ids"]
+            return self.tokenizer(list(texts), **kwargs)["input_ids"]
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Text per id list, special tokens skipped."""

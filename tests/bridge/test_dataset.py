@@ -94,7 +94,7 @@ def test_on_demand_empty_fetch_and_bad_rows():
     with pytest.raises(IndexError, match=r"\[0, 30\)"):
         on_demand.__getitems__([30])
     encoder.source[2] = [3] * 7  # An encoder that did not truncate: an error, never cut here.
-    with pytest.raises(ValueError, match="longer than max length 6"):
-        on_demand.__getitems__([2])
+    with pytest.raises(ValueError, match="longer than max length 6; first: row 2 has 7"):
+        on_demand.__getitems__([5, 2])  # Named by its example index, not its position.
     with pytest.raises(ValueError, match="0 examples"):
         TokenizedOnDemand(encoder, 0, max_source_length=6, max_target_length=5)

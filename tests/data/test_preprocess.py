@@ -204,6 +204,9 @@ def test_on_demand_split_tokenizes_only_asked_rows_and_equals_upfront(spm_tokeni
     assert counting.texts[0] == sources
     assert encoded == set(sources) | set(targets)
     assert on_demand.encode([]) == ([], [])
+    for outside in ([57], [-1]):
+        with pytest.raises(IndexError, match=r"\[0, 57\)"):
+            on_demand.encode(outside)
 
 
 def test_on_demand_split_refuses_the_wrong_pair(spm_tokenizer, rows):

@@ -121,3 +121,35 @@ def test_mbart_style_hf_tokenizer_language_codes(spm_tokenizer, tmp_path):
     assert other.fingerprint != tokenizer.fingerprint
     with pytest.raises(ValueError, match="not a token"):
         tokenizers.load_pretrained_tokenizer(path, src_lang="xx_YY")
+
+
+def test_hf_tokenizer_encodes_correctly_from_two_threads():
+    """Per-lot training encodes in the prefetch thread: truncation state must not leak."""
+    import threading
+
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = [f"w{i}" for i in range(400)]
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    inner = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    inner.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=inner, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    tokenizer = tokenizers.HFTokenizer(fast)
+    texts = [" ".join(words[i : i + 60]) for i in range(0, 320, 5)]
+    wrong = []
+
+    def encode(max_length, rounds=150):
+        for _ in range(rounds):
+            rows = tokenizer.encode(texts, max_length=max_length)
+            expected = 60 if max_length is None else max_length
+            wrong.extend(len(row) for row in rows if len(row) != expected)
+
+    threads = [threading.Thread(target=encode, args=(n,)) for n in (None, 12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []

@@ -48,3 +48,22 @@ def test_auto_tokenizes_per_lot_only_on_several_processes():
     config.data.tokenize_train = "lazy"
     with pytest.raises(ValueError, match="data.tokenize_train='lazy' is unknown"):
         experiment.tokenizes_train_per_lot(config)
+
+
+def test_tokenize_train_does_not_bind_a_workdir(tmp_path):
+    """A run may resume in another mode (e.g. on fewer processes); other changes are refused."""
+    import json
+
+    config = small_config("eps8")
+    trainer.check_workdir_config(str(tmp_path), config)
+    (tmp_path / experiment.TOKENIZER_FILE).write_text("")  # A learnt vocabulary binds it.
+    config.data.tokenize_train = "per_lot"
+    trainer.check_workdir_config(str(tmp_path), config)
+    record = json.loads((tmp_path / trainer.CONFIG_FILE).read_text())
+    assert record["data"]["tokenize_train"] == "per_lot"  # The latest session's mode.
+    del record["data"]["tokenize_train"]  # A workdir from before the field existed.
+    (tmp_path / trainer.CONFIG_FILE).write_text(json.dumps(record))
+    trainer.check_workdir_config(str(tmp_path), config)
+    config.train.learning_rate *= 2
+    with pytest.raises(ValueError, match=r"fields differ: \['train.learning_rate'\]"):
+        trainer.check_workdir_config(str(tmp_path), config)
