@@ -150,9 +150,12 @@ def tokenize_corpus(
     tokenizer: tokenizers.Tokenizer,
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
     """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
-    return preprocess_lib.preprocess(
-        corpus,
-        tokenizer,
+    return preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
+
+
+def _preprocess_options(config: ml_collections.ConfigDict) -> dict:
+    """`preprocess`'s keyword arguments from the config."""
+    return dict(
         pair=config.data.pair,
         family=config.model.family,
         max_source_length=config.data.max_source_length,
@@ -178,15 +181,7 @@ def tokenize_train_on_demand(
     config: ml_collections.ConfigDict, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
 ) -> tuple[preprocess_lib.OnDemandSplit, preprocess_lib.SplitStats]:
     """The train split as `tokenize_corpus` would give it, tokenized only when fetched."""
-    return preprocess_lib.preprocess_on_demand(
-        split,
-        tokenizer,
-        pair=config.data.pair,
-        family=config.model.family,
-        max_source_length=config.data.max_source_length,
-        max_target_length=config.data.max_target_length,
-        source_prefix=config.model.source_prefix,
-    )
+    return preprocess_lib.preprocess_on_demand(split, tokenizer, **_preprocess_options(config))
 
 
 def trainable_predicate(config: ml_collections.ConfigDict):

@@ -128,12 +128,7 @@ class TokenizedExamples(torch.utils.data.Dataset):
                 f"source_ids has {len(source_ids)} rows but target_ids has "
                 f"{len(target_ids)}; they must be aligned pairs."
             )
-        for name, value in (
-            ("max_source_length", max_source_length),
-            ("max_target_length", max_target_length),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name} must be a positive number of tokens, got {value}.")
+        _check_max_lengths(max_source_length, max_target_length)
         self.pad_id = int(pad_id)
         self._input_ids, self._input_length = _pad_rows(
             source_ids, max_source_length, pad_id, "source_ids"
@@ -159,14 +154,10 @@ class TokenizedExamples(torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[int]) -> ExampleBlock:
         """Examples `indices` gathered with one fancy index per field (fast path)."""
         rows = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return ExampleBlock(
+        return _pair_block(
             rows,
-            {
-                INPUT_IDS: self._input_ids[rows],
-                INPUT_LENGTH: self._input_length[rows],
-                LABELS: self._labels[rows],
-                LABEL_LENGTH: self._label_length[rows],
-            },
+            (self._input_ids[rows], self._input_length[rows]),
+            (self._labels[rows], self._label_length[rows]),
         )
 
     def field_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -214,12 +205,7 @@ class TokenizedOnDemand(torch.utils.data.Dataset):
             raise ValueError(
                 f"TokenizedOnDemand got {num_examples} examples; check the corpus path and filters."
             )
-        for name, value in (
-            ("max_source_length", max_source_length),
-            ("max_target_length", max_target_length),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name} must be a positive number of tokens, got {value}.")
+        _check_max_lengths(max_source_length, max_target_length)
         self._encode, self._num_examples = encode, int(num_examples)
         self._max_source_length, self._max_target_length = max_source_length, max_target_length
         self.pad_id = int(pad_id)
@@ -249,15 +235,7 @@ class TokenizedOnDemand(torch.utils.data.Dataset):
         labels, label_length = _pad_rows(
             target_ids, self._max_target_length, self.pad_id, "target_ids", rows
         )
-        return ExampleBlock(
-            rows,
-            {
-                INPUT_IDS: input_ids,
-                INPUT_LENGTH: input_length,
-                LABELS: labels,
-                LABEL_LENGTH: label_length,
-            },
-        )
+        return _pair_block(rows, (input_ids, input_length), (labels, label_length))
 
     def field_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Per-example shape and dtype of every field except `index`."""
@@ -267,6 +245,29 @@ class TokenizedOnDemand(torch.utils.data.Dataset):
     def pad_values(self) -> Mapping[str, int]:
         """Fill value per field for padding rows: `pad_id` for ids, 0 for lengths."""
         return _pad_values(self.pad_id)
+
+
+def _check_max_lengths(max_source_length: int, max_target_length: int) -> None:
+    for name, value in (
+        ("max_source_length", max_source_length),
+        ("max_target_length", max_target_length),
+    ):
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive number of tokens, got {value}.")
+
+
+def _pair_block(rows: np.ndarray, source: tuple, target: tuple) -> ExampleBlock:
+    """An `ExampleBlock` of `rows` from (ids, lengths) of each side."""
+    (input_ids, input_length), (labels, label_length) = source, target
+    return ExampleBlock(
+        rows,
+        {
+            INPUT_IDS: input_ids,
+            INPUT_LENGTH: input_length,
+            LABELS: labels,
+            LABEL_LENGTH: label_length,
+        },
+    )
 
 
 def _field_specs(max_source_length: int, max_target_length: int) -> dict:

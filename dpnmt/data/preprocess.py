@@ -138,6 +138,7 @@ class PairEncoder:
 
 
 def _checked_prefix(
+    corpus: datasets.DatasetDict | datasets.Dataset,
     tokenizer: Tokenizer,
     pair: LanguagePair,
     family: str,
@@ -146,6 +147,11 @@ def _checked_prefix(
     max_target_length: int,
 ) -> str:
     """The family's source prefix, after checking the options (see `preprocess`)."""
+    if corpus_pair(corpus) != pair:
+        raise ValueError(
+            f"The corpus was loaded for {corpus_pair(corpus)}, not {pair}; load it with "
+            f"pair={str(pair)!r} or preprocess with pair={str(corpus_pair(corpus))!r}."
+        )
     prefix = family_source_prefix(family, pair, source_prefix)
     if family == "mbart":
         _check_mbart_tokenizer(tokenizer, pair)
@@ -216,13 +222,8 @@ def preprocess(
       ValueError: wrong pair, unknown family, mBART codes missing, bad lengths.
     """
     pair = parse_pair(pair)
-    if corpus_pair(corpus) != pair:
-        raise ValueError(
-            f"The corpus was loaded for {corpus_pair(corpus)}, not {pair}; load it with "
-            f"pair={str(pair)!r} or preprocess with pair={str(corpus_pair(corpus))!r}."
-        )
     prefix = _checked_prefix(
-        tokenizer, pair, family, source_prefix, max_source_length, max_target_length
+        corpus, tokenizer, pair, family, source_prefix, max_source_length, max_target_length
     )
     options = {
         "version": _CACHE_VERSION,
@@ -401,13 +402,8 @@ def preprocess_on_demand(
       (OnDemandSplit over the kept pairs, SplitStats with truncation counts None).
     """
     pair = parse_pair(pair)
-    if corpus_pair(split) != pair:
-        raise ValueError(
-            f"The split was loaded for {corpus_pair(split)}, not {pair}; load the corpus with "
-            f"pair={str(pair)!r}."
-        )
     prefix = _checked_prefix(
-        tokenizer, pair, family, source_prefix, max_source_length, max_target_length
+        split, tokenizer, pair, family, source_prefix, max_source_length, max_target_length
     )
     source_empty, target_empty = [], []
     for batch in split.iter(batch_size=batch_size):
