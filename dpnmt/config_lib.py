@@ -72,10 +72,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.max_eval_examples = 200  # Validation pairs scored by BLEU during training.
     c.data.max_test_examples = config_dict.placeholder(int)  # Test pairs scored (None: all).
     c.data.detokenize = False  # Moses-detokenise before BLEU (WMT sample is tokenised).
-    # Train split tokenization: upfront (once, exact truncation counts) | per_lot
-    # (each process tokenizes only the rows it feeds) | auto (per_lot on several
-    # processes). Same ids, same N and lots either way.
-    c.data.tokenize_train = "auto"
+    # Train split: upfront (once, exact truncation counts) | per_lot (each process
+    # tokenizes only the rows it feeds). Same ids, N and lots either way.
+    c.data.tokenize_train = "auto"  # auto: per_lot on several processes, else upfront.
 
     c.tokenizer = ml_collections.ConfigDict()
     # pretrained (the model's own) | dp_sentencepiece | sentencepiece_public |
