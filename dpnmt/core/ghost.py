@@ -192,6 +192,12 @@ def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], froze
     return calls, frozenset(in_calls - read_elsewhere)
 
 
+# Full float32 for the norms and the clipped sum: on GPUs the default float32
+# matmul may run in TF32, and a norm that undershoots lets an example's
+# contribution to the sum exceed C.
+_EXACT = jax.lax.Precision.HIGHEST
+
+
 @dataclasses.dataclass(frozen=True)
 class _Use:
     """One use of a handled leaf: its per-example gradient is `Xᵀ Y` or `direct`."""
@@ -221,7 +227,7 @@ def _materialise(use: _Use, shape: tuple[int, ...]) -> chex.Array:
     if use.kind == "direct":
         return use.y.reshape((use.y.shape[0],) + shape)
     if use.kind == "factor":
-        return jnp.einsum("btn,btm->bnm", use.x, use.y)
+        return jnp.einsum("btn,btm->bnm", use.x, use.y, precision=_EXACT)
 
     def one(ids, y):
         return jnp.zeros(shape, jnp.float32).at[ids].add(y)
@@ -237,7 +243,7 @@ def _gram_x(a: _Use, b: _Use) -> chex.Array:
         return jnp.swapaxes(jax.vmap(lambda xb, ids: xb[:, ids])(b.x, a.x), 1, 2)
     if b.kind == "ids":
         return jax.vmap(lambda xa, ids: xa[:, ids])(a.x, b.x)
-    return jnp.einsum("btn,bsn->bts", a.x, b.x)
+    return jnp.einsum("btn,bsn->bts", a.x, b.x, precision=_EXACT)
 
 
 def _ghost_squared_norm(uses: Sequence[_Use]) -> chex.Array:
@@ -246,7 +252,9 @@ def _ghost_squared_norm(uses: Sequence[_Use]) -> chex.Array:
     for i, a in enumerate(uses):
         for j in range(i, len(uses)):
             b = uses[j]
-            term = jnp.sum(_gram_x(a, b) * jnp.einsum("btm,bsm->bts", a.y, b.y), axis=(1, 2))
+            term = jnp.sum(
+                _gram_x(a, b) * jnp.einsum("btm,bsm->bts", a.y, b.y, precision=_EXACT), axis=(1, 2)
+            )
             total = total + (term if i == j else 2.0 * term)
     return total
 
@@ -265,7 +273,7 @@ def _weighted_sum(use: _Use, weights: chex.Array, shape: tuple[int, ...]) -> che
     keep = (weights != 0)[:, None, None]
     y = jnp.where(keep, use.y * weights[:, None, None], 0.0)
     if use.kind == "factor":
-        return jnp.einsum("btn,btm->nm", jnp.where(keep, use.x, 0.0), y)
+        return jnp.einsum("btn,btm->nm", jnp.where(keep, use.x, 0.0), y, precision=_EXACT)
     return jnp.zeros(shape, jnp.float32).at[use.x.reshape(-1)].add(y.reshape(-1, shape[-1]))
 
 

@@ -7,6 +7,7 @@ import chex
 import flax.linen as nn
 import hypothesis
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
@@ -190,3 +191,31 @@ def test_ghost_sensitivity_of_removing_one_example_is_at_most_c(
 
 if __name__ == "__main__":
     absltest.main()
+
+
+def _dot_precisions(jaxpr) -> list:
+    """The `precision` of every dot_general in a (closed) jaxpr, sub-jaxprs included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _dot_precisions(sub)
+    return found
+
+
+def test_norms_and_clipped_sum_use_full_float32_matmuls():
+    """On GPUs float32 matmuls may default to TF32; the norms and the sum must not."""
+    rng = np.random.default_rng(0)
+    x, y = (jnp.asarray(rng.normal(size=(3, 4, n)), jnp.float32) for n in (5, 2))
+    ids = jnp.asarray(rng.integers(0, 7, (3, 4)), jnp.int32)
+    dense, lookup = ghost._Use("factor", x, y), ghost._Use("ids", ids, y)
+    traced = [
+        jax.make_jaxpr(lambda: ghost._ghost_squared_norm([dense, lookup, dense]))(),
+        jax.make_jaxpr(lambda: ghost._materialise(dense, (5, 2)))(),
+        jax.make_jaxpr(lambda w: ghost._weighted_sum(dense, w, (5, 2)))(jnp.ones(3)),
+    ]
+    precisions = [p for closed in traced for p in _dot_precisions(closed.jaxpr)]
+    assert len(precisions) >= 4
+    highest = jax.lax.Precision.HIGHEST
+    assert all(p is not None and tuple(p) == (highest, highest) for p in precisions), precisions
