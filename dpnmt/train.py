@@ -12,6 +12,7 @@ DPNMT_* environment variables; under SLURM, `srun` sets everything). See
 `dpnmt.distributed`.
 """
 
+import datasets
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -55,6 +56,8 @@ def main(argv):
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     logging.set_verbosity(logging.INFO if distributed.is_primary() else logging.WARNING)
+    if not distributed.is_primary():
+        datasets.disable_progress_bars()
     trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 

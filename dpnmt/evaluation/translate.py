@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import chex
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
@@ -119,7 +120,8 @@ def translate(
         max_source_length: Source positions per row (fixed); longer text sources
             are truncated by the tokenizer and counted in the log.
         source_prefix: Text put before every text source.
-        show_progress: Progress bar; None shows it when there is more than one batch.
+        show_progress: Progress bar; None shows it when there is more than one batch
+          (on process 0 only).
 
     Returns:
         [num_sentences] decoded translations, in the order of `sources`.
@@ -148,8 +150,8 @@ def translate(
     # Longest first: a batch of similar lengths stops generating sooner.
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    if show_progress is None:
-        show_progress = len(batches) > 1
+    if show_progress is None:  # In a multi-process run, process 0 alone shows it.
+        show_progress = len(batches) > 1 and jax.process_index() == 0
     translations: list[str | None] = [None] * len(ids)
     started = time.perf_counter()
 
