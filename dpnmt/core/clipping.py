@@ -6,6 +6,7 @@ turning it into a private release is the job of `dpnmt.core.noise` and
 `dpnmt.core.accumulation`.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import ghost, validation
+from dpnmt.core import accumulation, validation
 
 
 def per_example_l2_norms(per_example_grads: chex.ArrayTree) -> chex.Array:
@@ -37,6 +38,29 @@ def per_example_l2_norms(per_example_grads: chex.ArrayTree) -> chex.Array:
         leaf = leaf.astype(jnp.float32).reshape(batch_size, -1)
         squared = squared + jnp.sum(jnp.square(leaf), axis=1)
     return jnp.sqrt(squared)
+
+
+def clip_factors(
+    norms: chex.Array, l2_clip: float, mask: chex.Array | None = None
+) -> tuple[chex.Array, chex.Array]:
+    """Which rows count, and each row's clipping factor.
+
+    Args:
+      norms: float32 `[B]` per-example gradient norms.
+      l2_clip: clipping norm C > 0.
+      mask: optional `[B]` (bool or 0/1); rows with 0 are padding.
+
+    Returns:
+      `(keep, scale)`, both `[B]`: `keep` is False for padding and non-finite
+      rows; `scale` is `min(1, C / norm)` where kept and exactly 0 elsewhere.
+    """
+    keep = jnp.isfinite(norms)
+    if mask is not None:
+        chex.assert_shape(mask, norms.shape)
+        keep = keep & (mask.astype(jnp.float32) != 0)
+    # C / max(norm, C) == min(1, C / norm), without dividing by zero.
+    scale = jnp.where(keep, l2_clip / jnp.maximum(jnp.where(keep, norms, 1.0), l2_clip), 0.0)
+    return keep, scale
 
 
 def clip_and_sum(
@@ -65,12 +89,7 @@ def clip_and_sum(
     """
     validation.check_positive("l2_clip", l2_clip)
     norms = per_example_l2_norms(per_example_grads)
-    keep = jnp.isfinite(norms)
-    if mask is not None:
-        chex.assert_shape(mask, norms.shape)
-        keep = keep & (mask.astype(jnp.float32) != 0)
-    # C / max(norm, C) == min(1, C / norm), without dividing by zero.
-    scale = jnp.where(keep, l2_clip / jnp.maximum(jnp.where(keep, norms, 1.0), l2_clip), 0.0)
+    keep, scale = clip_factors(norms, l2_clip, mask)
 
     def _sum(leaf):
         row_scale = scale.reshape((-1,) + (1,) * (leaf.ndim - 1))
@@ -104,18 +123,19 @@ def count_nonfinite(norms: chex.Array, mask: chex.Array | None = None) -> chex.A
 CLIPPING_METHODS = ("ghost", "vmap")
 
 
+def call_loss(loss_fn, params, example, key):
+    """`loss_fn(params, example[, key])`: the key is passed only when there is one."""
+    return loss_fn(params, example) if key is None else loss_fn(params, example, key)
+
+
 def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
     """Clipped sum, norms and losses from materialised per-example gradients."""
-    if keys is None:
-        value_and_grad = jax.vmap(
-            jax.value_and_grad(loss_fn), in_axes=(None, 0), spmd_axis_name=spmd_axis_name
-        )
-        losses, per_example_grads = value_and_grad(params, batch)
-    else:
-        value_and_grad = jax.vmap(
-            jax.value_and_grad(loss_fn), in_axes=(None, 0, 0), spmd_axis_name=spmd_axis_name
-        )
-        losses, per_example_grads = value_and_grad(params, batch, keys)
+    value_and_grad = jax.vmap(
+        jax.value_and_grad(functools.partial(call_loss, loss_fn)),
+        in_axes=(None, 0, None if keys is None else 0),
+        spmd_axis_name=spmd_axis_name,
+    )
+    losses, per_example_grads = value_and_grad(params, batch, keys)
     grad_sum, norms = clip_and_sum(per_example_grads, l2_clip, mask)
     return grad_sum, norms, losses
 
@@ -174,6 +194,8 @@ def private_grad_sum(
     mask = jnp.asarray(mask)
     batch_size = mask.shape[0]
     keys = None if key is None else jax.random.split(key, batch_size)
+    from dpnmt.core import ghost  # Here: ghost builds on this module's helpers.
+
     method = ghost.ghost_clipped_sum if clipping == "ghost" else _vmap_clipped_sum
 
     def run(chunk, chunk_mask, chunk_keys):
@@ -197,9 +219,7 @@ def private_grad_sum(
             total = jax.tree_util.tree_map(jnp.add, total, chunk_sum)
             return total, (chunk_norms, chunk_losses)
 
-        zeros = jax.tree_util.tree_map(
-            lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params
-        )
+        zeros = accumulation.init_accumulator(params).grad_sum
         xs = (
             jax.tree_util.tree_map(split, batch),
             split(mask),

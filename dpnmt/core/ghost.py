@@ -44,6 +44,8 @@ import jax.numpy as jnp
 from absl import logging
 from jax.extend import core as jax_core
 
+from dpnmt.core import clipping
+
 _DENSE, _LOOKUP, _ATTEND = "dense", "lookup", "attend"
 _warned: set[tuple[str, ...]] = set()
 
@@ -160,10 +162,6 @@ def _has_role(call: _Call, name: str) -> bool:
     return any(role == name for role, _ in call.roles)
 
 
-def _call_loss(loss_fn, params, example, key):
-    return loss_fn(params, example) if key is None else loss_fn(params, example, key)
-
-
 def _used_leaves(jaxpr: Any, count: int) -> set[int]:
     """Indices of the first `count` inputs that `jaxpr` reads (conservatively)."""
     invars = {v: i for i, v in enumerate(jaxpr.invars[:count])}
@@ -181,7 +179,7 @@ def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], froze
     def traced(leaves, shadows, example, key):
         interceptor = _Interceptor({id(v): i for i, v in enumerate(leaves)}, shadows)
         with nn.intercept_methods(interceptor):
-            loss = _call_loss(loss_fn, treedef.unflatten(leaves), example, key)
+            loss = clipping.call_loss(loss_fn, treedef.unflatten(leaves), example, key)
         calls.extend(interceptor.calls)
         return loss
 
@@ -335,7 +333,7 @@ def ghost_clipped_sum(
             full[index] = leaf
         interceptor = _Interceptor(plan=plan, perturbations=perturbations)
         with nn.intercept_methods(interceptor):
-            loss = _call_loss(loss_fn, treedef.unflatten(full), example, key)
+            loss = clipping.call_loss(loss_fn, treedef.unflatten(full), example, key)
         interceptor.check_complete()
         return loss, interceptor.captured
 
@@ -366,9 +364,7 @@ def ghost_clipped_sum(
         squared = squared + jnp.sum(jnp.square(flat), axis=1)
     norms = jnp.sqrt(squared)
 
-    keep = jnp.isfinite(norms) & (mask.astype(jnp.float32) != 0)
-    # C / max(norm, C) == min(1, C / norm), without dividing by zero.
-    weights = jnp.where(keep, l2_clip / jnp.maximum(jnp.where(keep, norms, 1.0), l2_clip), 0.0)
+    keep, weights = clipping.clip_factors(norms, l2_clip, mask)
 
     def weighted(grads):
         row = keep.reshape((-1,) + (1,) * (grads.ndim - 1))
