@@ -37,7 +37,7 @@ import ml_collections
 import numpy as np
 
 from dpnmt import canaries as canary_lib
-from dpnmt import experiment, inference, models, trainer
+from dpnmt import inference, models, trainer
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.data import preprocess
 from dpnmt.data.languages import parse_pair
@@ -295,11 +295,7 @@ def score_canaries(
     """
     from dpnmt import evaluation
 
-    tokenizer, _ = experiment.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
-    model, model_config, params = experiment.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
-    )
-    params, _, _ = inference.restore_params(config, workdir, params)
+    tokenizer, model, model_config, params, _, _ = inference.load_trained(config, workdir)
     scorer = LogLikelihoodScorer(model, model_config, params, config, tokenizer.pad_id)
     prefix = _source_prefix(config)
     max_source, max_target = config.data.max_source_length, config.data.max_target_length

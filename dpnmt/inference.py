@@ -100,12 +100,20 @@ def decode_and_score(
 
 def load_trained_params(workdir: str):
     """(params, plan, steps done) of the latest checkpoint of a training run."""
-    config = load_run_config(workdir)
+    return load_trained(load_run_config(workdir), workdir)[3:]
+
+
+def load_trained(config, workdir: str):
+    """A trained run's (tokenizer, model, model config, params, plan, steps done).
+
+    The saved vocabulary is reloaded (never learnt again) and the latest
+    checkpoint's parameters restored into the model `config` builds.
+    """
     tokenizer, _ = experiment.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
-    _, _, params = experiment.build_model(
+    model, model_config, params = experiment.build_model(
         config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
     )
-    return restore_params(config, workdir, params)
+    return (tokenizer, model, model_config, *restore_params(config, workdir, params))
 
 
 def restore_params(config, workdir: str, params):
