@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from dpnmt.bridge.dataset import INDEX, ExampleBlock
 from dpnmt.bridge.microbatch import EXAMPLE_INDEX, MASK
-from dpnmt.bridge.sharding import batch_sharding, check_physical_batch_size, process_rows
+from dpnmt.bridge.sharding import local_rows, place_local_rows
 
 
 class IndexOnly(torch.utils.data.Dataset):
@@ -78,9 +78,7 @@ def shard_fetched_microbatch(
     """
     mask, indices = microbatch[MASK], microbatch[EXAMPLE_INDEX]
     physical_batch_size = mask.shape[0]
-    check_physical_batch_size(physical_batch_size, mesh)
-    sharding = batch_sharding(mesh)
-    rows = process_rows(sharding, (physical_batch_size,))
+    rows = local_rows(mesh, physical_batch_size)
     local_mask, local_indices = mask[rows], indices[rows]
     real = local_mask != 0
     if np.any(local_indices[real] < 0):
@@ -92,7 +90,4 @@ def shard_fetched_microbatch(
         values = np.full((local_mask.shape[0], *shape), pad_values.get(name, 0), dtype=dtype)
         values[real] = block.fields[name]
         local[name] = values
-    global_shapes = {name: (physical_batch_size, *v.shape[1:]) for name, v in local.items()}
-    return jax.make_array_from_process_local_data(
-        {name: sharding for name in local}, local, global_shapes
-    )
+    return place_local_rows(local, mesh, physical_batch_size)

@@ -88,12 +88,29 @@ def shard_microbatch(microbatch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[s
     if len(set(sizes.values())) != 1:
         raise ValueError(f"micro-batch fields have different row counts: {sizes}.")
     physical_batch_size = next(iter(sizes.values()))
+    rows = local_rows(mesh, physical_batch_size)
+    local = {name: values[rows] for name, values in microbatch.items()}
+    return place_local_rows(local, mesh, physical_batch_size)
+
+
+def local_rows(mesh: Mesh, physical_batch_size: int) -> slice:
+    """This process's rows of a `[b, ...]` micro-batch sharded `P('data')` on `mesh`.
+
+    Raises:
+      ValueError: b is not a positive multiple of the mesh's data devices.
+    """
     check_physical_batch_size(physical_batch_size, mesh)
+    return process_rows(batch_sharding(mesh), (physical_batch_size,))
+
+
+def place_local_rows(
+    local: Mapping[str, np.ndarray], mesh: Mesh, physical_batch_size: int
+) -> dict[str, jax.Array]:
+    """Global `[b, ...]` arrays sharded `P('data')` from this process's rows (`local_rows`)."""
     sharding = batch_sharding(mesh)
-    rows = process_rows(sharding, (physical_batch_size,))
     # One call for all fields: far cheaper than one transfer call per field.
     return jax.make_array_from_process_local_data(
-        {name: sharding for name in microbatch},
-        {name: values[rows] for name, values in microbatch.items()},
-        {name: values.shape for name, values in microbatch.items()},
+        {name: sharding for name in local},
+        dict(local),
+        {name: (physical_batch_size, *v.shape[1:]) for name, v in local.items()},
     )
