@@ -106,6 +106,11 @@ def _encode_with_truncation(
     return ids, full_lengths
 
 
+def _sides(translations: Sequence[dict], pair: LanguagePair) -> tuple[list[str], list[str]]:
+    """(source texts, target texts) of `{"translation": ...}` rows' translation dicts."""
+    return [t[pair.source] for t in translations], [t[pair.target] for t in translations]
+
+
 def empty_sides(sources: Sequence[str], targets: Sequence[str]) -> tuple[list[bool], list[bool]]:
     """(source empty, target empty) per pair: empty or whitespace-only text (dropped)."""
     return [not s.strip() for s in sources], [not t.strip() for t in targets]
@@ -238,8 +243,7 @@ def preprocess(
     encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length)
 
     def tokenize(batch, indices):
-        sources = [t[pair.source] for t in batch["translation"]]
-        targets = [t[pair.target] for t in batch["translation"]]
+        sources, targets = _sides(batch["translation"], pair)
         source_empty, target_empty = empty_sides(sources, targets)
         keep = [not (a or b) for a, b in zip(source_empty, target_empty, strict=True)]
         kept = [i for i, k in enumerate(keep) if k]
@@ -327,14 +331,30 @@ def _split_stats(mapped: datasets.Dataset, max_source: int, max_target: int) -> 
 
     keep = column("keep").astype(bool)
     source_full, target_full = column("source_full_length"), column("target_full_length")
+    return _counts(
+        column("source_empty").astype(bool),
+        column("target_empty").astype(bool),
+        int((keep & (source_full > max_source)).sum()),
+        int((keep & (target_full > max_target)).sum()),
+    )
+
+
+def _counts(
+    source_empty: np.ndarray,
+    target_empty: np.ndarray,
+    source_truncated: int | None,
+    target_truncated: int | None,
+) -> SplitStats:
+    """SplitStats from `[n]` bool empty-side flags (a row is kept when neither is set)."""
+    keep = ~(source_empty | target_empty)
     return SplitStats(
         num_examples=len(keep),
         num_kept=int(keep.sum()),
         num_dropped=int((~keep).sum()),
-        num_empty_source=int(column("source_empty").astype(bool).sum()),
-        num_empty_target=int(column("target_empty").astype(bool).sum()),
-        num_source_truncated=int((keep & (source_full > max_source)).sum()),
-        num_target_truncated=int((keep & (target_full > max_target)).sum()),
+        num_empty_source=int(source_empty.sum()),
+        num_empty_target=int(target_empty.sum()),
+        num_source_truncated=source_truncated,
+        num_target_truncated=target_truncated,
     )
 
 
@@ -365,8 +385,7 @@ class OnDemandSplit:
         if positions.size == 0:
             return [], []
         translations = self._rows[positions.tolist()]["translation"]
-        sources = [t[self._pair.source] for t in translations]
-        targets = [t[self._pair.target] for t in translations]
+        sources, targets = _sides(translations, self._pair)
         input_ids, labels, _, _ = self._encode(sources, targets)
         return input_ids, labels
 
@@ -407,21 +426,12 @@ def preprocess_on_demand(
     )
     source_empty, target_empty = [], []
     for batch in split.iter(batch_size=batch_size):
-        sources = [t[pair.source] for t in batch["translation"]]
-        targets = [t[pair.target] for t in batch["translation"]]
+        sources, targets = _sides(batch["translation"], pair)
         batch_source_empty, batch_target_empty = empty_sides(sources, targets)
         source_empty += batch_source_empty
         target_empty += batch_target_empty
     source_empty, target_empty = np.asarray(source_empty, bool), np.asarray(target_empty, bool)
-    keep = ~(source_empty | target_empty)
+    kept = np.flatnonzero(~(source_empty | target_empty)).astype(np.int64)
     encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length)
-    stats = SplitStats(
-        num_examples=len(keep),
-        num_kept=int(keep.sum()),
-        num_dropped=int((~keep).sum()),
-        num_empty_source=int(source_empty.sum()),
-        num_empty_target=int(target_empty.sum()),
-        num_source_truncated=None,
-        num_target_truncated=None,
-    )
-    return OnDemandSplit(split, np.flatnonzero(keep).astype(np.int64), encode, pair), stats
+    stats = _counts(source_empty, target_empty, None, None)
+    return OnDemandSplit(split, kept, encode, pair), stats
