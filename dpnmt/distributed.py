@@ -157,12 +157,6 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
-def barrier(name: str) -> None:
-    """Waits until every process reaches `name` (no-op on one process)."""
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
-
-
 def broadcast_int(value: int | None) -> int:
     """Process 0's non-negative 63-bit `value`, on every process.
 

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import chex
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
 from absl import logging
 
+from dpnmt import distributed
 from dpnmt.data.tokenizers import Tokenizer
 from dpnmt.models.decoding import GenerationConfig, generate
 
@@ -151,7 +151,7 @@ def translate(
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     if show_progress is None:  # In a multi-process run, process 0 alone shows it.
-        show_progress = len(batches) > 1 and jax.process_index() == 0
+        show_progress = len(batches) > 1 and distributed.is_primary()
     translations: list[str | None] = [None] * len(ids)
     started = time.perf_counter()
 
