@@ -20,6 +20,7 @@ def private_lot_gradient(
     noise_multiplier: float,
     expected_lot_size: float,
     clipping_method: str = "ghost",
+    example_key: chex.PRNGKey | None = None,
 ) -> chex.ArrayTree:
     """Clips and sums a lot micro-batch by micro-batch, then noises once and divides by L.
 
@@ -42,6 +43,10 @@ def private_lot_gradient(
       noise_multiplier: σ >= 0.
       expected_lot_size: L = q·N, the fixed divisor.
       clipping_method: `"ghost"` or `"vmap"` (see `private_grad_sum`).
+      example_key: optional key for the loss (e.g. dropout); micro-batch k gets
+        `fold_in(example_key, k)`, passed as `private_grad_sum`'s `key`, and
+        `loss_fn` is then called as `loss_fn(params, example, key)`. Use a new
+        one every step; never the noise key.
 
     Returns:
       Pytree like `params`: the noisy average gradient of the lot.
@@ -49,8 +54,9 @@ def private_lot_gradient(
 
     def body(k, acc):
         rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)
+        key_k = None if example_key is None else jax.random.fold_in(example_key, k)
         grad_sum, _, _ = clipping.private_grad_sum(
-            loss_fn, params, rows, lot.mask[k], l2_clip, clipping=clipping_method
+            loss_fn, params, rows, lot.mask[k], l2_clip, key=key_k, clipping=clipping_method
         )
         return accumulation.accumulate(acc, grad_sum, lot.mask[k].sum().astype("int32"))
 

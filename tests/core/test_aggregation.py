@@ -183,6 +183,26 @@ class PrivateLotGradientTest(parameterized.TestCase):
         self.assertGreater(len(sizes), 1)
         self.assertLen(traces, 1)
 
+    def test_example_key_reaches_each_micro_batch(self):
+        data = {"x": jnp.arange(12.0).reshape(12, 1)}
+        params = {"w": jnp.ones((1,))}
+
+        def loss_fn(p, example, key):  # a dropout-like random factor per example
+            return jnp.sum(example["x"] * p["w"]) * jax.random.uniform(key)
+
+        lot = core.to_microbatches(jnp.arange(12), jnp.ones(12, bool), 4, 3)
+        kwargs = dict(l2_clip=100.0, noise_multiplier=0.0, expected_lot_size=1.0)
+        kwargs["clipping_method"] = "vmap"
+        got = core.private_lot_gradient(
+            loss_fn, params, data, lot, jax.random.key(0), example_key=jax.random.key(7), **kwargs
+        )
+        expected = 0.0
+        for k in range(3):
+            keys = jax.random.split(jax.random.fold_in(jax.random.key(7), k), 4)
+            xs = data["x"][lot.indices[k], 0]
+            expected += float(jnp.sum(xs * jax.vmap(jax.random.uniform)(keys)))
+        np.testing.assert_allclose(float(got["w"][0]), expected, rtol=1e-5)
+
 
 if __name__ == "__main__":
     absltest.main()
