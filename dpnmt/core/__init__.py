@@ -50,3 +50,30 @@ __all__ = [
     "per_example_l2_norms",
     "private_grad_sum",
 ]
+
+# --- JAX-native lot sampling and per-lot accumulation (issue 19) ---
+from dpnmt.core.aggregation import (  # noqa: E402
+    DpAccumulateState,
+    dp_accumulate_aggregate,
+)
+from dpnmt.core.lot_gradient import private_lot_gradient  # noqa: E402
+from dpnmt.core.sampling import (  # noqa: E402
+    MicroBatches,
+    lot_capacity,
+    poisson_lot,
+    poisson_mask,
+    shuffled_lots,
+    to_microbatches,
+)
+
+__all__ += [
+    "DpAccumulateState",
+    "MicroBatches",
+    "dp_accumulate_aggregate",
+    "lot_capacity",
+    "poisson_lot",
+    "poisson_mask",
+    "private_lot_gradient",
+    "shuffled_lots",
+    "to_microbatches",
+]

@@ -1,0 +1,64 @@
+"""One private gradient per lot from fixed-shape micro-batches, in one compiled program."""
+
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import jax
+
+from dpnmt.core import accumulation, clipping, sampling
+
+
+def private_lot_gradient(
+    loss_fn: Callable[..., chex.Array],
+    params: chex.ArrayTree,
+    examples: Any,
+    lot: sampling.MicroBatches,
+    key: chex.PRNGKey,
+    *,
+    l2_clip: float,
+    noise_multiplier: float,
+    expected_lot_size: float,
+    clipping_method: str = "ghost",
+    example_key: chex.PRNGKey | None = None,
+) -> chex.ArrayTree:
+    """Clips and sums a lot micro-batch by micro-batch, then noises once and divides by L.
+
+    A `lax.while_loop` runs `private_grad_sum` over the lot's first
+    `lot.num_microbatches` micro-batches (the rest are all padding and are
+    skipped), gathering each one's rows from `examples`; then `noisy_average`
+    adds N(0, σ²C²) once and divides by L. Under `jax.jit` a lot of any size
+    runs the same program: only the loop's trip count depends on it.
+
+    Formal guarantee: that of `noisy_average`, for a lot from `poisson_lot`
+    or `shuffled_lots` (each example at most once, padding masked).
+
+    Args:
+      loss_fn: `loss_fn(params, example) -> scalar` for ONE example.
+      params: trainable parameters.
+      examples: pytree of the whole data set, every leaf `[N, ...]`.
+      lot: the lot's `MicroBatches` (indices and mask `[K, b]`).
+      key: this step's noise key (`noise_key_for_step`); never reuse it.
+      l2_clip: clipping norm C > 0.
+      noise_multiplier: σ >= 0.
+      expected_lot_size: L = q·N, the fixed divisor.
+      clipping_method: `"ghost"` or `"vmap"` (see `private_grad_sum`).
+      example_key: optional key for the loss (e.g. dropout); micro-batch k gets
+        `fold_in(example_key, k)`, passed as `private_grad_sum`'s `key`, and
+        `loss_fn` is then called as `loss_fn(params, example, key)`. Use a new
+        one every step; never the noise key.
+
+    Returns:
+      Pytree like `params`: the noisy average gradient of the lot.
+    """
+
+    def body(k, acc):
+        rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)
+        key_k = None if example_key is None else jax.random.fold_in(example_key, k)
+        grad_sum, _, _ = clipping.private_grad_sum(
+            loss_fn, params, rows, lot.mask[k], l2_clip, key=key_k, clipping=clipping_method
+        )
+        return accumulation.accumulate(acc, grad_sum, lot.mask[k].sum().astype("int32"))
+
+    acc = jax.lax.fori_loop(0, lot.num_microbatches, body, accumulation.init_accumulator(params))
+    return accumulation.noisy_average(acc, key, noise_multiplier, l2_clip, expected_lot_size)
