@@ -11,7 +11,11 @@
    from its source tests exact extraction.
 4. Membership audit (jax_privacy `CanaryScoreAuditor`): AUC of inserted vs
    held-out scores and the one-run ε lower bound (Steinke, Nasr & Jagielski
-   2023) at the given confidence, compared with the ε the run claims.
+   2023) at the given confidence, compared with the ε the run claims. The
+   bound can never exceed what M canaries all guessed right give
+   (`reachable_lower_bound`: about 2.46 for M = 100 at 95%); a claim at or
+   above that is UNTESTABLE, not consistent, and the audit names the M that
+   would test it. The plan is logged before training (`audit_plan`).
 
 What the attack sees is the trained model AND its vocabulary, so the claim
 tested is the run's total (ε, δ) (DP-SGD composed with a DP vocabulary). For
