@@ -772,9 +772,11 @@ def plot_scores(rows: list[dict], report: dict, path: str) -> None:
         ax.set_ylabel("canaries")
         ax.legend()
     membership = report["membership"]
+    reachable = membership["reachable_epsilon_lower_bound"]
     fig.suptitle(
         f"AUC {membership['auc']:.3f}; ε ≥ {membership['epsilon_lower_bound']:.3g} "
-        f"({membership['confidence']:.0%}) vs claimed {membership['tested_epsilon']:.4g}"
+        f"({membership['confidence']:.0%}, reachable {reachable:.3g}) "
+        f"vs claimed {membership['tested_epsilon']:.4g}: {membership['outcome']}"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
