@@ -1,15 +1,12 @@
 import itertools
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from dpnmt.bridge import (
+    IndexOnly,
     LotCollator,
     PoissonLots,
     Prefetcher,
@@ -128,33 +125,20 @@ def test_seeds_differing_in_one_bit_draw_different_lots(make, bit):
 
 
 def test_a_seed_draws_the_same_lots_in_every_process():
-    """Multi-process runs rely on it: no hidden per-process state (hash seeds, globals)."""
+    """Multi-process runs rely on it: lots are a function of the seed alone.
+
+    Fixed lots for a 128-bit seed, as any process (or a later session) draws
+    them: no hidden per-process state (hash seeds, global generators). numpy
+    keeps PCG64's raw stream and SeedSequence stable across versions.
+    """
     seed = (1 << 127) + 12345
-    script = (
-        "import json; from dpnmt.bridge import PoissonLots, ShuffledLots; "
-        "from tests.bridge.helpers import random_pairs; "
-        f"p = PoissonLots(random_pairs(60), 6, seed={seed}); "
-        f"s = ShuffledLots(random_pairs(60), 6, seed={seed}); "
-        "print(json.dumps([[l.indices.tolist() for l in lots] for lots in "
-        "(itertools.islice(iter(p), 5), itertools.islice(iter(s), 5))]))"
-    )
-    root = pathlib.Path(__file__).resolve().parents[2]
-    child = subprocess.run(
-        [sys.executable, "-c", "import itertools; " + script],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"},
-    )
-    here = [
-        [lot.indices.tolist() for lot in take(source, 5)]
-        for source in (
-            PoissonLots(random_pairs(60), 6, seed=seed),
-            ShuffledLots(random_pairs(60), 6, seed=seed),
-        )
+    lots = take(PoissonLots(IndexOnly(random_pairs(40)), 4, seed=seed), 4)
+    assert [lot.indices.tolist() for lot in lots] == [
+        [22, 33],
+        [2, 18],
+        [18],
+        [1, 2, 9, 12, 17, 21, 22],
     ]
-    assert json.loads(child.stdout.strip().splitlines()[-1]) == here
 
 
 def test_lot_repr_hides_the_lot_size():
