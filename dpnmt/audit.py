@@ -6,8 +6,11 @@ r"""Audits a training config empirically: canaries, exposure, an ε lower bound.
 
 Trains the config with secret canaries added to its training data (half of
 them held out), then writes `audit.json` (membership AUC, the one-run ε lower
-bound at --confidence and whether it contradicts the run's claimed ε, exposure
-and extraction counts) and `audit_scores.png` into the workdir, next to the
+bound at --confidence, the largest bound M canaries could reach, and the
+outcome: consistent, INCONSISTENT, or UNTESTABLE when even perfect scores could
+not contradict the claim (logged before training too, with the M that would
+test it); exposure and extraction counts) and `audit_scores.png` into the
+workdir, next to the
 training run's own outputs. The canaries, their secrets and which were
 inserted stay in `<workdir>/private/`. Rerunning resumes with the same
 canaries. Logic: `dpnmt.auditing`.

@@ -113,7 +113,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.dp.delta = 1e-8  # δ of DP-SGD (the paper's value).
     c.dp.accountant = "pld"  # pld (tight) | rdp.
     c.dp.sampling = "poisson"  # poisson (guarantee with amplification) | shuffle.
-    c.dp.secure_rng = False  # Opacus' secure generator for Poisson lots (releases).
+    c.dp.secure_rng = False  # Poisson lots from os.urandom, not the seed (releases).
     c.dp.clipping = "ghost"  # ghost (book-keeping, no per-example grads) | vmap; same sum.
     c.dp.clipping_chunk = 0  # Clip a micro-batch in chunks of this many rows (0: at once).
 

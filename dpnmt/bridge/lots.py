@@ -1,22 +1,25 @@
-"""Lot sources: Poisson lots (Opacus' sampler) and shuffled fixed-size lots.
+"""Lot sources: Poisson lots (Opacus' semantics) and shuffled fixed-size lots.
 
 Both sources share one interface (`LotSource`): iterating yields `Lot`s forever
 (epoch after epoch; take as many as the run needs), and `state_dict()` /
-`load_state_dict()` save and restore the position in the lot sequence.
+`load_state_dict()` save and restore the position in the lot sequence (a
+JSON-serialisable dict). Both draw from numpy's PCG64 seeded with every bit of a
+secret seed of any size.
 
 Privacy note: the size of a Poisson lot is private. `Lot.__repr__` hides it, and
 nothing in this module logs it.
 """
 
+import copy
 import dataclasses
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import jax
 import numpy as np
 import torch
-from opacus.data_loader import DPDataLoader
 
 from dpnmt.bridge.dataset import INDEX, ExampleBlock
 
@@ -169,12 +172,41 @@ def _fetch(dataset: torch.utils.data.Dataset, indices: np.ndarray) -> Sequence[A
     return [dataset[int(i)] for i in indices]
 
 
-def _generator_state(generator: torch.Generator) -> np.ndarray:
-    return generator.get_state().numpy().copy()
+def _check_seed(seed: int) -> int:
+    """`seed` as a Python int, refusing what is not a non-negative integer."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(
+            f"seed = {seed!r} must be a non-negative integer (any size: e.g. "
+            "core.fresh_seed()'s, or a derived 128-bit seed)."
+        )
+    return int(seed)
 
 
-def _set_generator_state(generator: torch.Generator, state: np.ndarray) -> None:
-    generator.set_state(torch.from_numpy(np.array(state, dtype=np.uint8)))
+def _seeded_generator(seed: int) -> np.random.Generator:
+    """A PCG64 generator whose whole state depends on every bit of `seed`.
+
+    `torch.Generator.manual_seed` keeps 32 of a 63-bit seed's bits, so seeds
+    differing above bit 32 draw the same lots. `SeedSequence` hashes an
+    integer of any size into its 256-bit pool (pool_size=8 words), which seeds
+    PCG64's 128-bit state and 128-bit increment.
+    """
+    sequence = np.random.SeedSequence(_check_seed(seed), pool_size=8)
+    return np.random.Generator(np.random.PCG64(sequence))
+
+
+def _generator_state(generator: np.random.Generator) -> dict[str, Any]:
+    """The bit generator's state: a dict of str and Python ints (JSON-serialisable)."""
+    return copy.deepcopy(generator.bit_generator.state)
+
+
+def _set_generator_state(generator: np.random.Generator, state: Mapping[str, Any]) -> None:
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            "the saved sampler state is not a numpy bit-generator state (a torch generator "
+            "state from an older dpnmt?); lots drawn by the old sampler cannot be continued: "
+            "start a new workdir."
+        )
+    generator.bit_generator.state = copy.deepcopy(dict(state))
 
 
 def _check_state(state: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
@@ -186,27 +218,41 @@ def _check_state(state: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
             )
 
 
-def _secure_generator() -> torch.Generator:
-    """Opacus' secure RNG (`PrivacyEngine(secure_mode=True)` uses the same)."""
-    try:
-        import torchcsprng  # noqa: PLC0415
-    except ImportError as error:
-        raise RuntimeError(
-            "secure_rng=True needs torchcsprng (Opacus' secure generator, "
-            "`torchcsprng.create_random_device_generator('/dev/urandom')`), which is not "
-            "installed. Its releases do not support this torch version; install a "
-            "compatible build, or use secure_rng=False (seeded, NOT for releases)."
-        ) from error
-    return torchcsprng.create_random_device_generator("/dev/urandom")
+def bernoulli_members(words: np.ndarray, sampling_rate: float) -> np.ndarray:
+    """Indices whose uniform 64-bit word falls below q * 2**64: independent Bernoulli(q).
+
+    Args:
+      words: `[N]` uint64, independent and uniform on [0, 2**64).
+      sampling_rate: q in (0, 1].
+
+    Returns:
+      `[n]` int64 sorted indices i with words[i] < q * 2**64 (P = q up to 2**-64).
+    """
+    threshold = int(sampling_rate * 2.0**64)  # Exact: q has a 53-bit mantissa.
+    if threshold >= 2**64:
+        return np.arange(len(words), dtype=INDEX_DTYPE)
+    return np.flatnonzero(words < np.uint64(threshold)).astype(INDEX_DTYPE)
+
+
+def _os_words(count: int) -> np.ndarray:
+    """`[count]` uint64 from the operating system's CSPRNG (`os.urandom`)."""
+    return np.frombuffer(os.urandom(8 * count), dtype="<u8").astype(np.uint64)
 
 
 class PoissonLots:
-    """Poisson lots from Opacus' `DPDataLoader` (`UniformWithReplacementSampler`).
+    """Poisson lots, as Opacus' `DPDataLoader` draws them, from a full-entropy generator.
 
-    Every example joins each lot independently with probability q = L / N, so
-    lot sizes are Binomial(N, q) and may be zero; an empty lot is still a lot
-    (the training step must take it). An epoch is `N // L` lots, a bookkeeping
-    unit only: lots are independent draws.
+    Every example joins each lot independently with probability q = L / N
+    (one uniform draw per example per lot, as Opacus'
+    `UniformWithReplacementSampler`), so lot sizes are Binomial(N, q) and may
+    be zero; an empty lot is still a lot (the training step must take it). An
+    epoch is `N // L` lots, a bookkeeping unit only: lots are independent draws.
+
+    Opacus' loader is not used: it draws from a `torch.Generator`, whose
+    `manual_seed` keeps 32 bits of the secret seed (2**32 possible lot
+    sequences to try), and whose secure mode needs torchcsprng, which no longer
+    builds. Seeded lots come from numpy's PCG64 seeded with every bit of the
+    seed; `secure_rng` lots from `os.urandom`.
     """
 
     sampling_scheme = "poisson"
@@ -225,20 +271,22 @@ class PoissonLots:
           dataset: map-style dataset of dict examples with an `index` field and a
             `field_specs()` method (e.g. `TokenizedExamples`).
           expected_lot_size: L, the expected number of examples per lot.
-          seed: seed of the `torch.Generator` that draws lots (research runs).
-          secure_rng: draw lots from Opacus' cryptographically secure generator
-            (for releases). Lot sequences are then not reproducible, and `seed`
-            must be None.
+          seed: secret non-negative integer of any size (every bit counts) that
+            seeds the lot draws; every process given it draws the same lots.
+          secure_rng: draw lots from the OS's CSPRNG (`os.urandom`) instead.
+            Lot sequences are then not reproducible, and `seed` must be None.
 
         Raises:
-          ValueError: bad (N, L), a seed together with `secure_rng`, or neither.
-          RuntimeError: `secure_rng` without the secure generator installed.
+          ValueError: bad (N, L), a bad seed, a seed together with `secure_rng`,
+            or neither, or `secure_rng` in a multi-process run.
         """
+        self._dataset = dataset
         self._num_examples = len(dataset)
         self._sampling_rate = lot_sampling_rate(self._num_examples, expected_lot_size)
         self._expected_lot_size = int(expected_lot_size)
         self._num_steps_per_epoch = self._num_examples // self._expected_lot_size
         self._secure_rng = secure_rng
+        self._generator: np.random.Generator | None = None
         if secure_rng:
             if jax.process_count() > 1:
                 raise ValueError(
@@ -248,24 +296,15 @@ class PoissonLots:
                     "broadcast) to every process instead."
                 )
             if seed is not None:
-                raise ValueError(f"seed = {seed} is not allowed with secure_rng=True.")
-            self._generator = _secure_generator()
+                raise ValueError("a seed is not allowed with secure_rng=True.")
         else:
             if seed is None:
                 raise ValueError(
-                    "PoissonLots needs seed=<int> (reproducible research runs) or "
-                    "secure_rng=True (releases)."
+                    "PoissonLots needs seed=<int> (a secret seed, e.g. from the OS) or "
+                    "secure_rng=True (lots straight from os.urandom)."
                 )
-            self._generator = torch.Generator().manual_seed(int(seed))
-        self._loader = DPDataLoader(
-            dataset, sample_rate=self._sampling_rate, generator=self._generator
-        )
-        # Own the collate (Opacus' empty-batch wrapper fails on dict-of-numpy
-        # samples), and give the DataLoader its own generator: it draws a base
-        # seed from it on every `iter()`, which would otherwise shift the lot
-        # sequence on resume.
-        self._loader.collate_fn = LotCollator(dataset.field_specs())
-        self._loader.generator = torch.Generator().manual_seed(0)
+            self._generator = _seeded_generator(seed)
+        self._collate = LotCollator(dataset.field_specs())
         self._epoch = 0
         self._step = 0
 
@@ -284,26 +323,38 @@ class PoissonLots:
         """L, the constant the noisy lot gradient is divided by."""
         return self._expected_lot_size
 
+    def _draw_members(self) -> np.ndarray:
+        if self._generator is None:
+            words = _os_words(self._num_examples)
+        else:
+            words = self._generator.bit_generator.random_raw(self._num_examples)
+        return bernoulli_members(np.asarray(words, dtype=np.uint64), self._sampling_rate)
+
     def __iter__(self) -> Iterator[Lot]:
         """Yields lots forever from the current (epoch, step); one iterator at a time."""
-        batch_sampler = self._loader.batch_sampler
         while True:
-            batch_sampler.steps = self._num_steps_per_epoch - self._step
-            for lot in self._loader:
-                self._step += 1
-                if self._step == self._num_steps_per_epoch:
-                    self._epoch, self._step = self._epoch + 1, 0
-                yield lot
+            lot = self._collate(_fetch(self._dataset, self._draw_members()))
+            self._step += 1
+            if self._step == self._num_steps_per_epoch:
+                self._epoch, self._step = self._epoch + 1, 0
+            yield lot
 
     def state_dict(self) -> dict[str, Any]:
-        """Position after the last lot drawn: epoch, step and generator state."""
+        """Position after the last lot drawn: epoch, step and generator state.
+
+        Returns:
+          A JSON-serialisable dict (str, Python ints, nested dicts). The
+          generator state determines every later lot: keep it private.
+        """
         return {
             "sampling_scheme": self.sampling_scheme,
             "num_examples": self._num_examples,
             "expected_lot_size": self._expected_lot_size,
             "epoch": self._epoch,
             "step": self._step,
-            "generator_state": None if self._secure_rng else _generator_state(self._generator),
+            "bit_generator_state": (
+                None if self._generator is None else _generator_state(self._generator)
+            ),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -312,7 +363,8 @@ class PoissonLots:
         With `secure_rng` only the counters are restored (fresh secure draws).
 
         Raises:
-          ValueError: the state is from a different scheme, N or L.
+          ValueError: the state is from a different scheme, N or L, or has no
+            (or an old torch) generator state.
         """
         _check_state(
             state,
@@ -322,10 +374,13 @@ class PoissonLots:
                 "expected_lot_size": self._expected_lot_size,
             },
         )
-        if not self._secure_rng:
-            if state["generator_state"] is None:
-                raise ValueError("the saved state has no generator state (secure run).")
-            _set_generator_state(self._generator, state["generator_state"])
+        if self._generator is not None:
+            if state.get("bit_generator_state") is None:
+                raise ValueError(
+                    "the saved sampler state has no generator state (a secure_rng run, or "
+                    "an older dpnmt's torch state); resume it with the same settings."
+                )
+            _set_generator_state(self._generator, state["bit_generator_state"])
         self._epoch, self._step = int(state["epoch"]), int(state["step"])
 
 
@@ -360,7 +415,8 @@ class ShuffledLots:
           dataset: map-style dataset of dict examples with an `index` field and a
             `field_specs()` method (e.g. `TokenizedExamples`).
           lot_size: L, examples per lot.
-          seed: seed of the `torch.Generator` that draws the permutations.
+          seed: secret non-negative integer of any size (every bit counts) that
+            seeds the permutations.
           last_lot: "drop" or "smaller", see the class docstring.
 
         Raises:
@@ -383,7 +439,7 @@ class ShuffledLots:
                 self._num_examples,
             )
         self._collate = LotCollator(dataset.field_specs())
-        self._generator = torch.Generator().manual_seed(int(seed))
+        self._generator = _seeded_generator(seed)
         self._epoch_start_state = _generator_state(self._generator)
         self._permutation: np.ndarray | None = None
         self._epoch = 0
@@ -409,9 +465,7 @@ class ShuffledLots:
         while True:
             if self._permutation is None:
                 self._epoch_start_state = _generator_state(self._generator)
-                self._permutation = torch.randperm(
-                    self._num_examples, generator=self._generator
-                ).numpy()
+                self._permutation = self._generator.permutation(self._num_examples)
             start = self._step * self._lot_size
             indices = self._permutation[start : start + self._lot_size]
             lot = self._collate(_fetch(self._dataset, indices))
@@ -430,7 +484,7 @@ class ShuffledLots:
             "num_steps_per_epoch": self._num_steps_per_epoch,
             "epoch": self._epoch,
             "step": self._step,
-            "generator_state": (
+            "bit_generator_state": (
                 self._epoch_start_state if in_epoch else _generator_state(self._generator)
             ),
         }
@@ -450,6 +504,6 @@ class ShuffledLots:
                 "num_steps_per_epoch": self._num_steps_per_epoch,
             },
         )
-        _set_generator_state(self._generator, state["generator_state"])
+        _set_generator_state(self._generator, state.get("bit_generator_state"))
         self._permutation = None
         self._epoch, self._step = int(state["epoch"]), int(state["step"])

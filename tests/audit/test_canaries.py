@@ -95,11 +95,13 @@ def test_membership_audit_separated_scores_contradict_a_small_claim():
     assert report["auc"] == 1.0
     # 40 correct guesses: p = sigmoid(eps)^40 <= 0.05 / 3 (Bonferroni) at eps ~ 2.3.
     assert 2.0 < report["epsilon_lower_bound"] < 2.6
-    assert not report["consistent"] and "INCONSISTENT" in report["verdict"]
+    assert report["outcome"] == auditing.INCONSISTENT and report["contradicted"]
+    assert "INCONSISTENT" in report["verdict"]
     relaxed = auditing.membership_audit(
         in_scores, out_scores, claimed_epsilon=8.0, claimed_delta=1e-8, repeats=1, confidence=0.95
     )
-    assert relaxed["consistent"]
+    # No scores of 80 canaries can contradict ε = 8: not "consistent", untestable.
+    assert relaxed["outcome"] == auditing.UNTESTABLE and not relaxed["contradicted"]
 
 
 def test_membership_audit_of_indistinguishable_scores_finds_nothing():
@@ -112,7 +114,7 @@ def test_membership_audit_of_indistinguishable_scores_finds_nothing():
         repeats=1,
         confidence=0.95,
     )
-    assert report["epsilon_lower_bound"] <= 0.1 and report["consistent"]
+    assert report["epsilon_lower_bound"] <= 0.1 and report["outcome"] == auditing.CONSISTENT
     assert abs(report["auc"] - 0.5) < 0.15  # AUC sd for 50 vs 50 is about 0.058.
 
 

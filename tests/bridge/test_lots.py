@@ -1,10 +1,12 @@
 import itertools
+import json
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from dpnmt.bridge import (
+    IndexOnly,
     LotCollator,
     PoissonLots,
     Prefetcher,
@@ -78,15 +80,65 @@ def test_poisson_needs_a_seed_or_secure_rng():
         PoissonLots(dataset, 2, seed=1, secure_rng=True)
 
 
-def test_secure_rng_without_torchcsprng_is_a_clear_error():
-    try:
-        import torchcsprng  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match="torchcsprng"):
-            PoissonLots(random_pairs(8), 2, secure_rng=True)
-    else:
-        source = PoissonLots(random_pairs(8), 2, secure_rng=True)
-        assert len(take(source, 3)) == 3
+@pytest.mark.parametrize("seed", [-1, 1.5, "7", True])
+def test_bad_seeds_are_errors_naming_the_seed(seed):
+    with pytest.raises(ValueError, match=r"seed = .* must be a non-negative integer"):
+        PoissonLots(random_pairs(8), 2, seed=seed)
+    with pytest.raises(ValueError, match=r"seed = .* must be a non-negative integer"):
+        ShuffledLots(random_pairs(8), 2, seed=seed)
+
+
+def test_secure_lots_come_from_the_os_and_restore_only_counters():
+    first, second = (PoissonLots(random_pairs(50), 5, secure_rng=True) for _ in range(2))
+    lots_first, lots_second = take(first, 20), take(second, 20)
+    # 20 lots of Bernoulli(0.1) over 50 examples: equal by chance with p < 1e-100.
+    assert any(
+        not np.array_equal(a.indices, b.indices)
+        for a, b in zip(lots_first, lots_second, strict=True)
+    )
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["bit_generator_state"] is None and (state["epoch"], state["step"]) == (2, 0)
+    second.load_state_dict(state)
+    assert second.state_dict() == state
+
+
+# --- seeds: every bit counts -------------------------------------------------
+
+BASE_SEED = 0x5EED_1234_ABCD_0001
+
+
+@pytest.mark.parametrize("bit", [0, 31, 32, 40, 62, 100, 200])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda seed: PoissonLots(random_pairs(100), 10, seed=seed),
+        lambda seed: ShuffledLots(random_pairs(100), 10, seed=seed),
+    ],
+    ids=["poisson", "shuffle"],
+)
+def test_seeds_differing_in_one_bit_draw_different_lots(make, bit):
+    """torch's manual_seed kept 32 of 63 bits: seeds 2**40 apart drew the same lots."""
+    lots = take(make(BASE_SEED), 10)
+    other = take(make(BASE_SEED ^ (1 << bit)), 10)
+    # Same lots by chance: at most 1 / (100! / (10!)^10) for shuffled, far less for Poisson.
+    assert any(not np.array_equal(a.indices, b.indices) for a, b in zip(lots, other, strict=True))
+
+
+def test_a_seed_draws_the_same_lots_in_every_process():
+    """Multi-process runs rely on it: lots are a function of the seed alone.
+
+    Fixed lots for a 128-bit seed, as any process (or a later session) draws
+    them: no hidden per-process state (hash seeds, global generators). numpy
+    keeps PCG64's raw stream and SeedSequence stable across versions.
+    """
+    seed = (1 << 127) + 12345
+    lots = take(PoissonLots(IndexOnly(random_pairs(40)), 4, seed=seed), 4)
+    assert [lot.indices.tolist() for lot in lots] == [
+        [22, 33],
+        [2, 18],
+        [18],
+        [1, 2, 9, 12, 17, 21, 22],
+    ]
 
 
 def test_lot_repr_hides_the_lot_size():
@@ -220,17 +272,26 @@ def make_shuffled(seed):
     return ShuffledLots(random_pairs(23), 5, seed=seed)  # 4 lots per epoch
 
 
+def test_a_state_from_the_old_torch_sampler_is_refused_clearly():
+    source = make_poisson(0)
+    state = {**source.state_dict(), "bit_generator_state": None, "generator_state": [0] * 8}
+    with pytest.raises(ValueError, match="older dpnmt"):
+        source.load_state_dict(state)
+    shuffled = make_shuffled(0)
+    with pytest.raises(ValueError, match="older dpnmt"):
+        shuffled.load_state_dict({**shuffled.state_dict(), "bit_generator_state": [1, 2]})
+
+
 @pytest.mark.parametrize("make_source", [make_poisson, make_shuffled])
 @pytest.mark.parametrize("consumed", [0, 3, 4, 10, 13])
 def test_restored_state_continues_the_lot_sequence(make_source, consumed):
-    reference = take(make_source(seed=11), consumed + 12)
-    source = make_source(seed=11)
+    reference = take(make_source(seed=(11 << 100) + 11), consumed + 12)
+    source = make_source(seed=(11 << 100) + 11)
     iterator = iter(source)
     assert_same_lots([next(iterator) for _ in range(consumed)], reference[:consumed])
-    state = source.state_dict()
-    # Round-trip through plain numpy/python values, as a checkpoint would.
-    state = {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in state.items()}
-    resumed = make_source(seed=12345)  # a different seed: the state must win
+    # Round-trip through JSON, as the trainer saves it under private/.
+    state = json.loads(json.dumps(source.state_dict()))
+    resumed = make_source(seed=(1 << 130) + 5)  # a different seed: the state must win
     resumed.load_state_dict(state)
     assert_same_lots(take(resumed, 12), reference[consumed:])
 
