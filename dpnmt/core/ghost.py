@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,12 +42,25 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from absl import logging
 from jax.extend import core as jax_core
 
 from dpnmt.core import clipping
 
 _DENSE, _LOOKUP, _ATTEND = "dense", "lookup", "attend"
+
+
+class GhostClippingWarning(UserWarning):
+    """Ghost clipping falls back to per-example gradients (B copies) for some parameters."""
+
+
+class PlanMismatchError(RuntimeError):
+    """`loss_fn` ran other module calls than those found when it was analysed."""
+
+
+# Raised while tracing a loss whose module calls cannot be intercepted and
+# captured (calls inside `nn.scan`, `nn.vmap` or other lifted transforms leak
+# their traced inputs): `private_grad.private_grad_sum` then falls back to vmap.
+UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, PlanMismatchError)
 _warned: set[tuple[str, ...]] = set()
 
 
@@ -137,7 +151,7 @@ class _Interceptor:
             return y
         number = len(self.captured)
         if number >= len(self.plan) or self.plan[number].path != path:
-            raise RuntimeError(
+            raise PlanMismatchError(
                 f"ghost clipping: module call {path!r} does not match the traced plan; "
                 "loss_fn must run the same modules in the same order for every example."
             )
@@ -153,7 +167,7 @@ class _Interceptor:
 
     def check_complete(self) -> None:
         if len(self.captured) != len(self.plan):
-            raise RuntimeError(
+            raise PlanMismatchError(
                 f"ghost clipping: {len(self.captured)} module calls, the plan has {len(self.plan)}."
             )
 
@@ -345,11 +359,12 @@ def _warn_fallback(names: Sequence[str]) -> None:
     key = tuple(names)
     if names and key not in _warned:
         _warned.add(key)
-        logging.warning(
-            "ghost clipping: per-example gradients (B copies) for %d parameter(s) it cannot "
-            "factorise: %s",
-            len(names),
-            ", ".join(names),
+        warnings.warn(
+            f"ghost clipping: per-example gradients (B copies) for {len(names)} parameter(s) "
+            f"with two or more axes that it cannot factorise (not used only through nn.Dense "
+            f"or nn.Embed calls): {', '.join(names)}",
+            GhostClippingWarning,
+            stacklevel=4,
         )
 
 
@@ -365,7 +380,7 @@ def ghost_clipped_sum(
     """Clipped sum, norms and losses of one batch by book-keeping.
 
     Args:
-      loss_fn: as for `clipping.private_grad_sum`; it must compute its loss by
+      loss_fn: as for `private_grad.private_grad_sum`; it must compute its loss by
         applying Flax modules to the parameters it is given.
       params: trainable parameters (pytree).
       batch: pytree, every leaf `[B, ...]`.
