@@ -170,7 +170,9 @@ class GhostClippingTest(parameterized.TestCase):
     rows=st.integers(2, 4),
     removed=st.integers(0, 3),
     log_scale=st.floats(-3.0, 3.0),
-    l2_clip=st.floats(1e-3, 1e3),
+    # A few C values (C is static under jit, one compile each); the gradient
+    # scale varies continuously instead.
+    l2_clip=st.sampled_from([1e-3, 0.1, 10.0, 1e3]),
 )
 def test_ghost_sensitivity_of_removing_one_example_is_at_most_c(
     seed, rows, removed, log_scale, l2_clip
