@@ -95,7 +95,9 @@ def private_grad_sum(
     norm layer by layer from the inputs and output gradients of the Flax
     `nn.Dense` / `nn.Embed` calls inside `loss_fn`, and falls back to
     per-example gradients only for the parameters it cannot factorise. A
-    `loss_fn` that uses no Flax module gets the `vmap` result either way.
+    `loss_fn` that uses no Flax module gets the `vmap` result either way, and
+    so does one whose layers cannot be intercepted (`nn.scan`, `nn.vmap`), with
+    a `ghost.GhostClippingWarning` saying why.
 
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
@@ -119,6 +121,12 @@ def private_grad_sum(
       microbatch_size: if set, the batch is processed in sequential chunks of
         this many examples (B must be a multiple of it) to bound peak memory;
         the result is the same.
+
+    Raises:
+      TypeError: `l2_clip` is traced (an argument of `jax.jit`).
+      ValueError: bad `clipping`, `microbatch_size`, `l2_clip`, `mask` (shape
+        other than `[B]`, or concrete entries other than 0/1), batch leaves of
+        different lengths, or a `loss_fn` that does not return a scalar.
 
     Returns:
       `(grad_sum, norms, mean_loss)`: the clipped sum (structure of `params`),
