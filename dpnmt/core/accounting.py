@@ -14,9 +14,11 @@ Three bounds, named for the sampling they describe:
   comparison with such papers; it is not a privacy guarantee.
 """
 
+import contextlib
 import enum
 import logging
 import math
+import warnings
 
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
@@ -46,7 +48,15 @@ class _DropRdpConvergenceWarnings(logging.Filter):
         return "failed to converge" not in record.getMessage()
 
 
-logging.getLogger("absl").addFilter(_DropRdpConvergenceWarnings())
+@contextlib.contextmanager
+def _quiet_rdp_convergence():
+    """Drops those warnings (absl's logger) while dp_accounting runs, and only then."""
+    logger, drop = logging.getLogger("absl"), _DropRdpConvergenceWarnings()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 class Accountant(enum.StrEnum):
@@ -76,6 +86,11 @@ def dp_sgd_event(noise_multiplier: float, sampling_rate: float, num_steps: int):
 
 
 def _epsilon(event, delta: float, accountant: str) -> float:
+    with _quiet_rdp_convergence():
+        return _epsilon_of(event, delta, accountant)
+
+
+def _epsilon_of(event, delta: float, accountant: str) -> float:
     rdp = rdp_privacy_accountant.RdpAccountant()
     rdp.compose(event)
     rdp_epsilon = float(rdp.get_epsilon(delta))
@@ -110,10 +125,10 @@ def compute_epsilon(
     Returns:
       ε (float; inf if no finite ε exists at this δ).
     """
-    validation.check_positive("noise_multiplier", noise_multiplier)
-    validation.check_sampling_rate(sampling_rate)
-    validation.check_num_steps("num_steps", num_steps)
-    validation.check_delta(delta)
+    noise_multiplier = validation.check_positive("noise_multiplier", noise_multiplier)
+    sampling_rate = validation.check_sampling_rate(sampling_rate)
+    num_steps = validation.check_num_steps("num_steps", num_steps)
+    delta = validation.check_delta(delta)
     validation.warn_if_delta_too_large(delta, dataset_size)
     return _epsilon(dp_sgd_event(noise_multiplier, sampling_rate, num_steps), delta, accountant)
 
@@ -145,11 +160,15 @@ def calibrate_noise_multiplier(
     Raises:
       ValueError: for invalid arguments, or a target no σ in
         [1e-2, 1e4] reaches.
+
+    Warns:
+      UserWarning: when the target is met already at σ = 1e-2, the floor of the
+        search, which is then returned (a smaller σ might meet it too).
     """
-    validation.check_positive("target_epsilon", target_epsilon)
-    validation.check_sampling_rate(sampling_rate)
-    validation.check_num_steps("num_steps", num_steps)
-    validation.check_delta(delta)
+    target_epsilon = validation.check_positive("target_epsilon", target_epsilon)
+    sampling_rate = validation.check_sampling_rate(sampling_rate)
+    num_steps = validation.check_num_steps("num_steps", num_steps)
+    delta = validation.check_delta(delta)
     validation.warn_if_delta_too_large(delta, dataset_size)
 
     kind = _parse_accountant(accountant)
@@ -167,7 +186,7 @@ def calibrate_noise_multiplier(
         )
     lo = _MIN_NOISE_MULTIPLIER
     if epsilon_at(lo) <= target_epsilon:
-        return lo
+        return _at_floor(target_epsilon, epsilon_at(lo))
     if kind is Accountant.PLD:
         # Bisecting PLD over [1e-2, 1e4] is slow. RDP never reports less ε than
         # PLD, so the RDP-calibrated σ is an upper end; bracket below it.
@@ -178,6 +197,19 @@ def calibrate_noise_multiplier(
         while epsilon_at(hi) > target_epsilon:  # Defensive: restore ε(hi) <= target.
             hi *= 1.5
     return _bisect(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
+
+
+def _at_floor(target_epsilon: float, epsilon: float) -> float:
+    """The search floor σ, with a warning: a smaller σ might also meet the target."""
+    warnings.warn(
+        f"target_epsilon={target_epsilon:g} is met already at the smallest noise multiplier "
+        f"searched, {_MIN_NOISE_MULTIPLIER:g} (ε={epsilon:.4g}); returning it. The run "
+        "spends less ε than targeted, and so little noise gives almost no privacy: "
+        "check the target.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return _MIN_NOISE_MULTIPLIER
 
 
 def _bisect(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float) -> float:
@@ -216,9 +248,9 @@ def compute_epsilon_shuffled(
     Returns:
       ε (float).
     """
-    validation.check_positive("noise_multiplier", noise_multiplier)
-    validation.check_num_steps("num_epochs", num_epochs)
-    validation.check_delta(delta)
+    noise_multiplier = validation.check_positive("noise_multiplier", noise_multiplier)
+    num_epochs = validation.check_num_steps("num_epochs", num_epochs)
+    delta = validation.check_delta(delta)
     validation.warn_if_delta_too_large(delta, dataset_size)
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(noise_multiplier), num_epochs
@@ -251,9 +283,9 @@ def calibrate_noise_multiplier_shuffled(
     Raises:
       ValueError: invalid arguments, or a target no σ in [1e-2, 1e4] reaches.
     """
-    validation.check_positive("target_epsilon", target_epsilon)
-    validation.check_num_steps("num_epochs", num_epochs)
-    validation.check_delta(delta)
+    target_epsilon = validation.check_positive("target_epsilon", target_epsilon)
+    num_epochs = validation.check_num_steps("num_epochs", num_epochs)
+    delta = validation.check_delta(delta)
     validation.warn_if_delta_too_large(delta, dataset_size)
     _parse_accountant(accountant)
 
@@ -276,6 +308,8 @@ def calibrate_noise_multiplier_shuffled(
     while hi < _MAX_NOISE_MULTIPLIER and epsilon_at(hi) > target_epsilon:
         hi = min(hi * 1.5, _MAX_NOISE_MULTIPLIER)
     if epsilon_at(lo) <= target_epsilon:
+        if lo <= _MIN_NOISE_MULTIPLIER:
+            return _at_floor(target_epsilon, epsilon_at(lo))
         return lo
     return _bisect(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
 

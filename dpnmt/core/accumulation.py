@@ -93,11 +93,17 @@ def noisy_average(
       l2_clip: the clipping norm C used for every micro-batch, > 0.
       expected_lot_size: L = q·N, the public constant divisor, > 0.
 
+    σ, C and L must be concrete numbers (Python, NumPy or concrete JAX
+    scalars): under `jax.jit` close over them or mark them static; traced
+    values cannot be checked and are refused with a TypeError.
+
     Returns:
       Pytree like `state.grad_sum`: the noisy average gradient.
     """
-    validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
-    validation.check_positive("l2_clip", l2_clip)
-    validation.check_positive("expected_lot_size", expected_lot_size)
+    noise_multiplier = validation.check_positive(
+        "noise_multiplier", noise_multiplier, allow_zero=True
+    )
+    l2_clip = validation.check_positive("l2_clip", l2_clip)
+    expected_lot_size = validation.check_positive("expected_lot_size", expected_lot_size)
     noisy_sum = noise.add_gaussian_noise(state.grad_sum, noise_multiplier * l2_clip, key)
     return jax.tree_util.tree_map(lambda g: g / expected_lot_size, noisy_sum)

@@ -1,4 +1,4 @@
-"""Per-example gradient clipping: norms, clip-and-sum, and `private_grad_sum`.
+"""Per-example gradient clipping: norms, clipping factors and clip-and-sum.
 
 Every function here returns the *sum* of clipped per-example gradients. Its L2
 sensitivity to adding or removing (or zeroing out) one example is `l2_clip`;
@@ -6,15 +6,11 @@ turning it into a private release is the job of `dpnmt.core.noise` and
 `dpnmt.core.accumulation`.
 """
 
-import functools
-from collections.abc import Callable
-from typing import Any
-
 import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import accumulation, validation
+from dpnmt.core import validation
 
 
 def per_example_l2_norms(per_example_grads: chex.ArrayTree) -> chex.Array:
@@ -56,7 +52,7 @@ def clip_factors(
     """
     keep = jnp.isfinite(norms)
     if mask is not None:
-        chex.assert_shape(mask, norms.shape)
+        validation.check_mask(mask, norms.shape[0])
         keep = keep & (mask.astype(jnp.float32) != 0)
     # C / max(norm, C) == min(1, C / norm), without dividing by zero.
     scale = jnp.where(keep, l2_clip / jnp.maximum(jnp.where(keep, norms, 1.0), l2_clip), 0.0)
@@ -76,8 +72,10 @@ def clip_and_sum(
 
     Args:
       per_example_grads: pytree, every leaf `[B, ...]`.
-      l2_clip: clipping norm C > 0.
-      mask: optional `[B]` (bool or 0/1); rows with 0 are ignored.
+      l2_clip: clipping norm C > 0, a concrete number (close over it or mark
+        it static under `jax.jit`).
+      mask: optional `[B]` 0/1 indicator (bool or numeric; not weights: a
+        traced mask counts any non-zero entry as 1); rows with 0 are ignored.
 
     Returns:
       `(grad_sum, norms)`: `grad_sum` has the structure of one example's
@@ -87,7 +85,7 @@ def clip_and_sum(
       the unclipped norms (non-finite where the example was dropped as
       non-finite; see `count_nonfinite`).
     """
-    validation.check_positive("l2_clip", l2_clip)
+    l2_clip = validation.check_positive("l2_clip", l2_clip)
     norms = per_example_l2_norms(per_example_grads)
     keep, scale = clip_factors(norms, l2_clip, mask)
 
@@ -120,114 +118,6 @@ def count_nonfinite(norms: chex.Array, mask: chex.Array | None = None) -> chex.A
     return jnp.sum(bad.astype(jnp.int32))
 
 
-CLIPPING_METHODS = ("ghost", "vmap")
-
-
 def call_loss(loss_fn, params, example, key):
     """`loss_fn(params, example[, key])`: the key is passed only when there is one."""
     return loss_fn(params, example) if key is None else loss_fn(params, example, key)
-
-
-def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
-    """Clipped sum, norms and losses from materialised per-example gradients."""
-    value_and_grad = jax.vmap(
-        jax.value_and_grad(functools.partial(call_loss, loss_fn)),
-        in_axes=(None, 0, None if keys is None else 0),
-        spmd_axis_name=spmd_axis_name,
-    )
-    losses, per_example_grads = value_and_grad(params, batch, keys)
-    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip, mask)
-    return grad_sum, norms, losses
-
-
-def private_grad_sum(
-    loss_fn: Callable[..., chex.Array],
-    params: chex.ArrayTree,
-    batch: Any,
-    mask: chex.Array,
-    l2_clip: float,
-    *,
-    key: chex.PRNGKey | None = None,
-    spmd_axis_name: str | None = None,
-    clipping: str = "ghost",
-    microbatch_size: int | None = None,
-) -> tuple[chex.ArrayTree, chex.Array, chex.Array]:
-    """Sum of clipped per-example gradients.
-
-    Both methods return the same sum (up to float32 rounding):
-    `"vmap"` materialises every example's gradient with `vmap(grad)` (memory
-    B × parameters); `"ghost"` (`dpnmt.core.ghost`) computes each example's
-    norm layer by layer from the inputs and output gradients of the Flax
-    `nn.Dense` / `nn.Embed` calls inside `loss_fn`, and falls back to
-    per-example gradients only for the parameters it cannot factorise. A
-    `loss_fn` that uses no Flax module gets the `vmap` result either way.
-
-    Args:
-      loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
-        `batch` without the leading axis), or `loss_fn(params, example, key)`
-        when `key` is given. The loss must depend on that example alone (e.g.
-        the example's own mean token loss), never on batch statistics.
-      params: the parameters to differentiate (pass only trainable ones; frozen
-        parameters can be closed over by `loss_fn` and then cost no
-        per-example memory). For `"ghost"`, `loss_fn` must pass these leaves
-        to `module.apply` unchanged (merging with frozen ones is fine).
-      batch: pytree, every leaf `[B, ...]`.
-      mask: `[B]`, 1 for real examples, 0 for padding rows.
-      l2_clip: clipping norm C > 0.
-      key: optional PRNG key; each example gets its own key
-        `jax.random.split(key, B)[i]` (e.g. for dropout), whatever the method
-        and micro-batching. Use a different key for every batch.
-      spmd_axis_name: passed to `jax.vmap` for batches sharded over a mesh axis.
-      clipping: `"ghost"` (default) or `"vmap"`.
-      microbatch_size: if set, the batch is processed in sequential chunks of
-        this many examples (B must be a multiple of it) to bound peak memory;
-        the result is the same.
-
-    Returns:
-      `(grad_sum, norms, mean_loss)`: the clipped sum (structure of `params`),
-      float32 `[B]` unclipped norms, and the float32 mean loss over unmasked,
-      finite rows (0 when every row is masked).
-    """
-    if clipping not in CLIPPING_METHODS:
-        raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
-    validation.check_positive("l2_clip", l2_clip)
-    mask = jnp.asarray(mask)
-    batch_size = mask.shape[0]
-    keys = None if key is None else jax.random.split(key, batch_size)
-    from dpnmt.core import ghost  # Here: ghost builds on this module's helpers.
-
-    method = ghost.ghost_clipped_sum if clipping == "ghost" else _vmap_clipped_sum
-
-    def run(chunk, chunk_mask, chunk_keys):
-        return method(loss_fn, params, chunk, chunk_mask, l2_clip, chunk_keys, spmd_axis_name)
-
-    if microbatch_size is None or microbatch_size >= batch_size:
-        grad_sum, norms, losses = run(batch, mask, keys)
-    else:
-        if microbatch_size <= 0 or batch_size % microbatch_size:
-            raise ValueError(
-                f"microbatch_size={microbatch_size} must be a positive divisor of the batch "
-                f"size {batch_size}; pick a divisor or leave it unset."
-            )
-        chunks = batch_size // microbatch_size
-
-        def split(v):
-            return v.reshape((chunks, microbatch_size) + v.shape[1:])
-
-        def body(total, xs):
-            chunk_sum, chunk_norms, chunk_losses = run(*xs)
-            total = jax.tree_util.tree_map(jnp.add, total, chunk_sum)
-            return total, (chunk_norms, chunk_losses)
-
-        zeros = accumulation.init_accumulator(params).grad_sum
-        xs = (
-            jax.tree_util.tree_map(split, batch),
-            split(mask),
-            None if keys is None else split(keys),
-        )
-        grad_sum, (norms, losses) = jax.lax.scan(body, zeros, xs)
-        norms, losses = norms.reshape(batch_size), losses.reshape(batch_size)
-    counted = (mask.astype(jnp.float32) != 0) & jnp.isfinite(norms) & jnp.isfinite(losses)
-    total = jnp.sum(jnp.where(counted, losses.astype(jnp.float32), 0.0))
-    mean_loss = total / jnp.maximum(jnp.sum(counted.astype(jnp.float32)), 1.0)
-    return grad_sum, norms, mean_loss

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,12 +42,25 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from absl import logging
 from jax.extend import core as jax_core
 
 from dpnmt.core import clipping
 
 _DENSE, _LOOKUP, _ATTEND = "dense", "lookup", "attend"
+
+
+class GhostClippingWarning(UserWarning):
+    """Ghost clipping falls back to per-example gradients (B copies) for some parameters."""
+
+
+class PlanMismatchError(RuntimeError):
+    """`loss_fn` ran other module calls than those found when it was analysed."""
+
+
+# Raised while tracing a loss whose module calls cannot be intercepted and
+# captured (calls inside `nn.scan`, `nn.vmap` or other lifted transforms leak
+# their traced inputs): `private_grad.private_grad_sum` then falls back to vmap.
+UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, PlanMismatchError)
 _warned: set[tuple[str, ...]] = set()
 
 
@@ -137,7 +151,7 @@ class _Interceptor:
             return y
         number = len(self.captured)
         if number >= len(self.plan) or self.plan[number].path != path:
-            raise RuntimeError(
+            raise PlanMismatchError(
                 f"ghost clipping: module call {path!r} does not match the traced plan; "
                 "loss_fn must run the same modules in the same order for every example."
             )
@@ -153,7 +167,7 @@ class _Interceptor:
 
     def check_complete(self) -> None:
         if len(self.captured) != len(self.plan):
-            raise RuntimeError(
+            raise PlanMismatchError(
                 f"ghost clipping: {len(self.captured)} module calls, the plan has {len(self.plan)}."
             )
 
@@ -205,7 +219,7 @@ class _Use:
     y: chex.Array  # [B, T, m]; for "direct" the per-example gradient [B, *shape]
 
 
-def _uses_of(call: _Call, name: str, captured, grad, batch: int) -> _Use:
+def _uses_of(call: _Call, name: str, captured, grad, batch: int, shape) -> _Use:
     g = grad.astype(jnp.float32).reshape(batch, -1, grad.shape[-1])
     if call.kind == _DENSE and name == "bias":
         return _Use("direct", None, jnp.sum(g, axis=1))
@@ -213,11 +227,25 @@ def _uses_of(call: _Call, name: str, captured, grad, batch: int) -> _Use:
         x = captured.astype(jnp.float32)
         return _Use("factor", x.reshape(batch, -1, x.shape[-1]), g)
     if call.kind == _LOOKUP:
-        return _Use(
-            "ids", jnp.broadcast_to(captured, (batch,) + captured.shape[1:]).reshape(batch, -1), g
-        )
+        ids = jnp.broadcast_to(captured, (batch,) + captured.shape[1:]).reshape(batch, -1)
+        ids, g = _normalise_ids(ids, g, shape[0])
+        return _Use("ids", ids, g)
     q = captured.astype(jnp.float32)
     return _Use("factor", g, q.reshape(batch, -1, q.shape[-1]))
+
+
+def _normalise_ids(ids: chex.Array, g: chex.Array, rows: int) -> tuple[chex.Array, chex.Array]:
+    """Ids as the lookup reads them, and output gradients of the rows it reads.
+
+    `jnp.take` (hence `nn.Embed`) wraps ids in [-V, 0) to id + V, and fills ids
+    outside [-V, V) with NaN; its gradient drops those. Comparing raw ids would
+    miss that -1 and V-1 hit the same row (a norm that undershoots); so negative
+    ids are wrapped here, and out-of-range ids get a zero output gradient (the
+    gradient they receive) and id 0.
+    """
+    ids = jnp.where(ids < 0, ids + rows, ids)
+    valid = (ids >= 0) & (ids < rows)
+    return jnp.where(valid, ids, 0), jnp.where(valid[..., None], g, 0.0)
 
 
 def _materialise(use: _Use, shape: tuple[int, ...]) -> chex.Array:
@@ -244,17 +272,69 @@ def _gram_x(a: _Use, b: _Use) -> chex.Array:
     return jnp.einsum("btn,bsn->bts", a.x, b.x, precision=_EXACT)
 
 
-def _ghost_squared_norm(uses: Sequence[_Use]) -> chex.Array:
-    """[B] squared norm of Σ_u X_uᵀ Y_u, cross terms included."""
-    total = 0.0
+def _ghost_squared_norm(uses: Sequence[_Use], rows: int) -> chex.Array:
+    """[B] squared norm of Σ_u X_uᵀ Y_u, cross terms included, never too small.
+
+    The gram sum `S = Σ_{t,s} (X_t·X_s)(Y_t·Y_s)` can cancel: two tokens sharing
+    a large input with nearly opposite output gradients have a small gradient
+    that float32 computes as ~0 (or worse, a few percent low), while the clipped
+    sum still adds it in full. Alongside S this computes
+    `P = Σ_{t,s} |(X_t·X_s)(Y_t·Y_s)|` (the scale of S's rounding error) and
+    `R = Σ_t ‖X_t‖‖Y_t‖` (no cancellation: R >= the norm, by the triangle
+    inequality).
+
+    Formal guarantee: with `ε = (⌈log2 T²⌉ + ⌈log2 d⌉ + 4) u` (u = 2**-24, T the
+    tokens of all uses, d the widest X plus Y row), the result is
+
+    - `(R (1 + γ))²` where `S < 64 ε P` (cancellation): a rigorous bound on
+      the squared norm of what the clipped sum adds, `fl(Σ_t X_t ⊗ w Y_t) / w`,
+      whatever the order of XLA's sums (each float32 sum of k terms lies within
+      γ_k = k u / (1 - k u) of the sum of absolute values; k counts every
+      rounding from the rows to the norm);
+    - `S + ε P` elsewhere: an upper bound whenever the computed S errs by less
+      than ε P, the error of pairwise or blocked float32 accumulation (XLA's) of
+      the grams and of their sum. It exceeds S by at most 1/64 there, and by
+      ε P / S (~1e-6 for non-adversarial inputs) typically.
+
+    Args:
+      uses: the uses of one parameter (none "direct").
+      rows: B, the batch rows (the clipped sum runs over all of them).
+
+    Returns:
+      float32 `[B]`.
+    """
+    gram_sum, gram_abs, reach = 0.0, 0.0, 0.0
     for i, a in enumerate(uses):
         for j in range(i, len(uses)):
             b = uses[j]
-            term = jnp.sum(
-                _gram_x(a, b) * jnp.einsum("btm,bsm->bts", a.y, b.y, precision=_EXACT), axis=(1, 2)
-            )
-            total = total + (term if i == j else 2.0 * term)
-    return total
+            terms = _gram_x(a, b) * jnp.einsum("btm,bsm->bts", a.y, b.y, precision=_EXACT)
+            weight = 1.0 if i == j else 2.0
+            gram_sum = gram_sum + weight * jnp.sum(terms, axis=(1, 2))
+            gram_abs = gram_abs + weight * jnp.sum(jnp.abs(terms), axis=(1, 2))
+        x_norms = 1.0 if a.kind == "ids" else jnp.linalg.norm(a.x, axis=-1)
+        reach = reach + jnp.sum(x_norms * jnp.linalg.norm(a.y, axis=-1), axis=1)
+    tokens = sum(u.y.shape[1] for u in uses)
+    width = max(u.y.shape[2] + (0 if u.kind == "ids" else u.x.shape[2]) for u in uses)
+    slack = (math.ceil(math.log2(max(tokens * tokens, 2))) + math.ceil(math.log2(width)) + 4) * _U
+    # Every rounding between the rows and R(1+γ): the B·T-term weighted sum, the
+    # row norms, their T-term sum, the uses, the weights and the square root.
+    gamma = _gamma(rows * tokens + width + tokens + 4 * len(uses) + 16)
+    cancels = gram_sum < _CANCELLATION * slack * gram_abs
+    bound = jnp.square(reach * (1.0 + gamma))
+    return jnp.where(cancels, bound, gram_sum + slack * gram_abs)
+
+
+# float32 unit roundoff; S below 64 ε P counts as cancelled (`_ghost_squared_norm`).
+_U = 2.0**-24
+_CANCELLATION = 64.0
+
+
+def _gamma(terms: int) -> float:
+    """Higham's γ_k = k u / (1 - k u), with k doubled for headroom."""
+    k = 2 * terms * _U
+    if k >= 0.5:
+        raise ValueError(f"ghost clipping: {terms} float32 terms per sum are too many to bound.")
+    return k / (1.0 - k)
 
 
 def _prefer_ghost(uses: Sequence[_Use], shape: tuple[int, ...]) -> bool:
@@ -279,11 +359,12 @@ def _warn_fallback(names: Sequence[str]) -> None:
     key = tuple(names)
     if names and key not in _warned:
         _warned.add(key)
-        logging.warning(
-            "ghost clipping: per-example gradients (B copies) for %d parameter(s) it cannot "
-            "factorise: %s",
-            len(names),
-            ", ".join(names),
+        warnings.warn(
+            f"ghost clipping: per-example gradients (B copies) for {len(names)} parameter(s) "
+            f"with two or more axes that it cannot factorise (not used only through nn.Dense "
+            f"or nn.Embed calls): {', '.join(names)}",
+            GhostClippingWarning,
+            stacklevel=4,
         )
 
 
@@ -299,7 +380,7 @@ def ghost_clipped_sum(
     """Clipped sum, norms and losses of one batch by book-keeping.
 
     Args:
-      loss_fn: as for `clipping.private_grad_sum`; it must compute its loss by
+      loss_fn: as for `private_grad.private_grad_sum`; it must compute its loss by
         applying Flax modules to the parameters it is given.
       params: trainable parameters (pytree).
       batch: pytree, every leaf `[B, ...]`.
@@ -347,14 +428,14 @@ def ghost_clipped_sum(
     uses: dict[int, list[_Use]] = {i: [] for i in handled}
     for call, x, g in zip(plan, captured, out_grads, strict=True):
         for name, index in call.roles:
-            uses[index].append(_uses_of(call, name, x, g, batch_size))
+            uses[index].append(_uses_of(call, name, x, g, batch_size, tuple(leaves[index].shape)))
 
     squared = jnp.zeros((batch_size,), jnp.float32)
     materialised = {}
     for index in sorted(handled):
         shape = tuple(leaves[index].shape)
         if _prefer_ghost(uses[index], shape):
-            squared = squared + _ghost_squared_norm(uses[index])
+            squared = squared + _ghost_squared_norm(uses[index], batch_size)
         else:
             grads = sum(_materialise(u, shape) for u in uses[index])
             materialised[index] = grads

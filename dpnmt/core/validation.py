@@ -1,63 +1,128 @@
-"""Boundary checks for privacy parameters, with errors that name the value."""
+"""Boundary checks for privacy parameters and batches, with errors that name the value.
+
+Privacy parameters (C, σ, L, q, T, δ, ε) may be Python, NumPy or concrete JAX
+scalars; they are returned as Python numbers. They must be concrete: a value
+traced by `jax.jit` cannot be checked, and a wrong one (a negative C flips the
+clipped gradient) would fail silently, so tracers are refused.
+"""
 
 import math
 import numbers
 import warnings
 
+import chex
 import jax
+import numpy as np
 
 
 def is_concrete(value) -> bool:
-    """Whether `value` is a concrete Python/NumPy number (not a JAX tracer)."""
+    """Whether `value` is concrete (not a JAX tracer)."""
     return not isinstance(value, jax.core.Tracer)
 
 
-def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
-    """Raises ValueError unless `value` is a finite number > 0 (>= 0 if allowed).
-
-    Tracers (values inside `jax.jit`) are passed through unchecked: validate
-    them before jitting.
-    """
+def _scalar(name: str, value, what: str):
+    """`value` as a Python int or float; refuses tracers, arrays, bools and non-numbers."""
     if not is_concrete(value):
-        return
-    if getattr(value, "ndim", 0) > 0:
-        raise ValueError(f"{name} must be a scalar, got an array of shape {value.shape}.")
-    value = float(value)
+        raise TypeError(
+            f"{name} is a traced JAX value (an argument of jax.jit, vmap or grad), so it "
+            f"cannot be checked: pass {name} as a concrete Python or NumPy number, by "
+            "closing over it or marking it static (jax.jit(..., static_argnames=...))."
+        )
+    if isinstance(value, bool | np.bool_) or (
+        getattr(value, "dtype", None) is not None and np.dtype(value.dtype) == np.bool_
+    ):
+        raise TypeError(f"{name} must be {what}, got the boolean {value!r}.")
+    if getattr(value, "ndim", 0) != 0:
+        raise ValueError(f"{name} must be a scalar, got an array of shape {np.shape(value)}.")
+    if isinstance(value, numbers.Integral) or (
+        hasattr(value, "dtype") and np.issubdtype(np.dtype(value.dtype), np.integer)
+    ):
+        return int(value)
+    if isinstance(value, numbers.Real) or (
+        hasattr(value, "dtype") and np.issubdtype(np.dtype(value.dtype), np.floating)
+    ):
+        return float(value)
+    raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}.")
+
+
+def check_positive(name: str, value, *, allow_zero: bool = False) -> float:
+    """`value` as a float; ValueError unless finite and > 0 (>= 0 if allowed).
+
+    Raises:
+      TypeError: `value` is traced, boolean or not a number.
+      ValueError: `value` is an array, not finite, or out of range.
+    """
+    bound = ">= 0" if allow_zero else "> 0"
+    value = float(_scalar(name, value, f"a finite number {bound}"))
     ok = value >= 0 if allow_zero else value > 0
     if not ok or not math.isfinite(value):
-        bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}.")
+    return value
 
 
-def check_delta(delta: float) -> None:
-    """Raises ValueError unless 0 < delta < 1."""
-    if not isinstance(delta, numbers.Real) or not 0.0 < float(delta) < 1.0:
+def check_delta(delta) -> float:
+    """`delta` as a float; ValueError unless 0 < delta < 1."""
+    value = _scalar("delta", delta, "a number in (0, 1)")
+    if not 0.0 < float(value) < 1.0:
         raise ValueError(
             f"delta must lie in the open interval (0, 1), got {delta!r}. "
             "Choose delta much smaller than 1/N for N training examples (e.g. 1e-8)."
         )
+    return float(value)
 
 
-def check_sampling_rate(sampling_rate: float) -> None:
-    """Raises ValueError unless 0 < sampling_rate <= 1."""
-    if not isinstance(sampling_rate, numbers.Real) or not 0.0 < float(sampling_rate) <= 1.0:
+def check_sampling_rate(sampling_rate) -> float:
+    """`sampling_rate` as a float; ValueError unless 0 < sampling_rate <= 1."""
+    value = _scalar("sampling_rate", sampling_rate, "a number in (0, 1]")
+    if not 0.0 < float(value) <= 1.0:
         raise ValueError(
             f"sampling_rate (q = expected lot size / dataset size) must lie in (0, 1], "
             f"got {sampling_rate!r}. A lot cannot be larger than the dataset."
         )
+    return float(value)
 
 
-def check_num_steps(name: str, num_steps) -> None:
-    """Raises ValueError unless `num_steps` is a positive integer."""
-    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 1:
+def check_num_steps(name: str, num_steps) -> int:
+    """`num_steps` as an int; ValueError unless a positive integer (2.0 counts, 2.5 not)."""
+    value = _scalar(name, num_steps, "a positive integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{name} must be a positive integer, got {num_steps!r}.")
+        value = int(value)
+    if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {num_steps!r}.")
+    return value
 
 
-def warn_if_delta_too_large(delta: float, dataset_size: int | None) -> None:
+def check_mask(mask: chex.Array, batch_size: int) -> None:
+    """Raises ValueError unless `mask` is `[batch_size]` and (if concrete) 0/1.
+
+    The mask is a 0/1 indicator of real rows, not a weight: the clipping code
+    treats any non-zero entry as 1 (`mask != 0`). A traced mask cannot be
+    checked, so that is its meaning under `jax.jit`.
+    """
+    shape = np.shape(mask)
+    if shape != (batch_size,):
+        raise ValueError(
+            f"mask has shape {shape} but the batch has {batch_size} rows: pass a [B] mask "
+            "with one 0/1 entry per row (1: a real example, 0: padding)."
+        )
+    if is_concrete(mask):
+        values = np.asarray(mask)
+        bad = values[(values != 0) & (values != 1)]
+        if bad.size:
+            raise ValueError(
+                f"mask must hold only 0 and 1 (an indicator of real rows, not weights), "
+                f"got {bad[0]!r}; weight examples in loss_fn instead."
+            )
+
+
+def warn_if_delta_too_large(delta, dataset_size) -> None:
     """Warns when delta >= 1/N: such a delta permits leaking one example outright."""
     if dataset_size is None:
         return
-    check_num_steps("dataset_size", dataset_size)
+    dataset_size = check_num_steps("dataset_size", dataset_size)
+    delta = check_delta(delta)
     if delta >= 1.0 / dataset_size:
         recommended = 10.0 ** math.floor(math.log10(0.01 / dataset_size))
         warnings.warn(

@@ -81,7 +81,7 @@ FROZEN = {
 
 
 def _step(kind, clipping):
-    """The jitted `private_grad_sum` of the trainer's loss, l2_clip as an argument."""
+    """The jitted `private_grad_sum` of the trainer's loss, l2_clip a static argument."""
     config, model, params = _model(kind)
     frozen_pattern = re.compile(FROZEN[kind])
     trainable, frozen = models.split_params(
@@ -105,7 +105,7 @@ def _step(kind, clipping):
             microbatch_size=3 if kind == "mbart" else None,
         )
 
-    return jax.jit(run)
+    return jax.jit(run, static_argnums=2)
 
 
 def _assert_same(expected, got):

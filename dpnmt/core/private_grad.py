@@ -1,0 +1,178 @@
+"""`private_grad_sum`: the clipped per-example gradient sum of a loss, by either method.
+
+It picks `"ghost"` (`dpnmt.core.ghost`) or `"vmap"` (per-example gradients and
+`dpnmt.core.clipping.clip_and_sum`), checks the inputs at the boundary, and
+optionally runs the batch in sequential chunks. The sum's L2 sensitivity to
+adding or removing one example is `l2_clip`.
+"""
+
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpnmt.core import accumulation, ghost, validation
+from dpnmt.core.clipping import call_loss, clip_and_sum
+
+CLIPPING_METHODS = ("ghost", "vmap")
+
+
+def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
+    """Clipped sum, norms and losses from materialised per-example gradients."""
+    value_and_grad = jax.vmap(
+        jax.value_and_grad(functools.partial(call_loss, loss_fn)),
+        in_axes=(None, 0, None if keys is None else 0),
+        spmd_axis_name=spmd_axis_name,
+    )
+    losses, per_example_grads = value_and_grad(params, batch, keys)
+    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip, mask)
+    return grad_sum, norms, losses
+
+
+def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
+    """Ghost clipping, or vmap (with a warning) where loss_fn's layers cannot be intercepted."""
+    try:
+        return ghost.ghost_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
+    except ghost.UNINTERCEPTABLE as error:
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    warnings.warn(
+        "ghost clipping cannot intercept the layers of loss_fn (it uses nn.scan, nn.vmap "
+        f"or another lifted transform? {reason}); falling back to per-example gradients "
+        "for all parameters (as clipping='vmap': same sum, B copies of the gradient in "
+        "memory). Pass clipping='vmap' to choose this explicitly.",
+        ghost.GhostClippingWarning,
+        stacklevel=4,
+    )
+    return _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
+
+
+def _batch_size(batch: Any) -> int:
+    """B, the leading axis every leaf of `batch` shares."""
+    sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in jax.tree.leaves(batch)}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(
+            f"every leaf of batch needs the same leading (batch) axis; got leading sizes {sizes}."
+        )
+    return sizes.pop()
+
+
+def _check_scalar_loss(loss_fn, params, batch, key) -> None:
+    """Raises ValueError unless `loss_fn` returns a scalar for one example."""
+    example = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), batch)
+    example_key = None if key is None else jax.ShapeDtypeStruct(key.shape, key.dtype)
+    out = jax.eval_shape(functools.partial(call_loss, loss_fn), params, example, example_key)
+    shapes = [leaf.shape for leaf in jax.tree.leaves(out)]
+    if shapes != [()]:
+        raise ValueError(
+            f"loss_fn must return a scalar loss for ONE example (batch sliced without its "
+            f"leading axis), but returned shape(s) {shapes}: compute each example's own "
+            "loss (e.g. its mean token loss); the clipping code vmaps it over the batch."
+        )
+
+
+def private_grad_sum(
+    loss_fn: Callable[..., chex.Array],
+    params: chex.ArrayTree,
+    batch: Any,
+    mask: chex.Array,
+    l2_clip: float,
+    *,
+    key: chex.PRNGKey | None = None,
+    spmd_axis_name: str | None = None,
+    clipping: str = "ghost",
+    microbatch_size: int | None = None,
+) -> tuple[chex.ArrayTree, chex.Array, chex.Array]:
+    """Sum of clipped per-example gradients.
+
+    Both methods return the same sum (up to float32 rounding):
+    `"vmap"` materialises every example's gradient with `vmap(grad)` (memory
+    B × parameters); `"ghost"` (`dpnmt.core.ghost`) computes each example's
+    norm layer by layer from the inputs and output gradients of the Flax
+    `nn.Dense` / `nn.Embed` calls inside `loss_fn`, and falls back to
+    per-example gradients only for the parameters it cannot factorise. A
+    `loss_fn` that uses no Flax module gets the `vmap` result either way, and
+    so does one whose layers cannot be intercepted (`nn.scan`, `nn.vmap`), with
+    a `ghost.GhostClippingWarning` saying why.
+
+    Args:
+      loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
+        `batch` without the leading axis), or `loss_fn(params, example, key)`
+        when `key` is given. The loss must depend on that example alone (e.g.
+        the example's own mean token loss), never on batch statistics.
+      params: the parameters to differentiate (pass only trainable ones; frozen
+        parameters can be closed over by `loss_fn` and then cost no
+        per-example memory). For `"ghost"`, `loss_fn` must pass these leaves
+        to `module.apply` unchanged (merging with frozen ones is fine).
+      batch: pytree, every leaf `[B, ...]`.
+      mask: `[B]` 0/1 indicator, 1 for real examples, 0 for padding rows (not
+        weights; a traced mask counts any non-zero entry as 1).
+      l2_clip: clipping norm C > 0, a concrete number: close over it or mark it
+        static under `jax.jit` (a traced C is refused: it cannot be checked).
+      key: optional PRNG key; each example gets its own key
+        `jax.random.split(key, B)[i]` (e.g. for dropout), whatever the method
+        and micro-batching. Use a different key for every batch.
+      spmd_axis_name: passed to `jax.vmap` for batches sharded over a mesh axis.
+      clipping: `"ghost"` (default) or `"vmap"`.
+      microbatch_size: if set, the batch is processed in sequential chunks of
+        this many examples (B must be a multiple of it) to bound peak memory;
+        the result is the same.
+
+    Raises:
+      TypeError: `l2_clip` is traced (an argument of `jax.jit`).
+      ValueError: bad `clipping`, `microbatch_size`, `l2_clip`, `mask` (shape
+        other than `[B]`, or concrete entries other than 0/1), batch leaves of
+        different lengths, or a `loss_fn` that does not return a scalar.
+
+    Returns:
+      `(grad_sum, norms, mean_loss)`: the clipped sum (structure of `params`),
+      float32 `[B]` unclipped norms, and the float32 mean loss over unmasked,
+      finite rows (0 when every row is masked).
+    """
+    if clipping not in CLIPPING_METHODS:
+        raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
+    l2_clip = validation.check_positive("l2_clip", l2_clip)
+    batch_size = _batch_size(batch)
+    validation.check_mask(mask, batch_size)
+    mask = jnp.asarray(mask)
+    _check_scalar_loss(loss_fn, params, batch, key)
+    keys = None if key is None else jax.random.split(key, batch_size)
+    method = _ghost_or_vmap if clipping == "ghost" else _vmap_clipped_sum
+
+    def run(chunk, chunk_mask, chunk_keys):
+        return method(loss_fn, params, chunk, chunk_mask, l2_clip, chunk_keys, spmd_axis_name)
+
+    if microbatch_size is None or microbatch_size >= batch_size:
+        grad_sum, norms, losses = run(batch, mask, keys)
+    else:
+        if microbatch_size <= 0 or batch_size % microbatch_size:
+            raise ValueError(
+                f"microbatch_size={microbatch_size} must be a positive divisor of the batch "
+                f"size {batch_size}; pick a divisor or leave it unset."
+            )
+        chunks = batch_size // microbatch_size
+
+        def split(v):
+            return v.reshape((chunks, microbatch_size) + v.shape[1:])
+
+        def body(total, xs):
+            chunk_sum, chunk_norms, chunk_losses = run(*xs)
+            total = jax.tree_util.tree_map(jnp.add, total, chunk_sum)
+            return total, (chunk_norms, chunk_losses)
+
+        zeros = accumulation.init_accumulator(params).grad_sum
+        xs = (
+            jax.tree_util.tree_map(split, batch),
+            split(mask),
+            None if keys is None else split(keys),
+        )
+        grad_sum, (norms, losses) = jax.lax.scan(body, zeros, xs)
+        norms, losses = norms.reshape(batch_size), losses.reshape(batch_size)
+    counted = (mask.astype(jnp.float32) != 0) & jnp.isfinite(norms) & jnp.isfinite(losses)
+    total = jnp.sum(jnp.where(counted, losses.astype(jnp.float32), 0.0))
+    mean_loss = total / jnp.maximum(jnp.sum(counted.astype(jnp.float32)), 1.0)
+    return grad_sum, norms, mean_loss
