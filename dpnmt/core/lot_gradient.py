@@ -6,7 +6,7 @@ from typing import Any
 import chex
 import jax
 
-from dpnmt.core import accumulation, clipping, sampling
+from dpnmt.core import accumulation, private_grad, sampling
 
 
 def private_lot_gradient(
@@ -55,7 +55,7 @@ def private_lot_gradient(
     def body(k, acc):
         rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)
         key_k = None if example_key is None else jax.random.fold_in(example_key, k)
-        grad_sum, _, _ = clipping.private_grad_sum(
+        grad_sum, _, _ = private_grad.private_grad_sum(
             loss_fn, params, rows, lot.mask[k], l2_clip, key=key_k, clipping=clipping_method
         )
         return accumulation.accumulate(acc, grad_sum, lot.mask[k].sum().astype("int32"))
