@@ -77,8 +77,8 @@ def setup_logging(*, primary: bool = True) -> None:
     datasets.disable_progress_bars()
 
 
-def run(main: Callable[[list[str]], None], *, flags_parser=parse_flags) -> None:
-    """`absl.app.run(main)` with one-line errors for bad inputs (exit status 2)."""
+def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+    """`main` with quiet logs, and an `InputError` printed as one line (exit status 2)."""
 
     def guarded(argv):
         setup_logging()  # Before JAX starts logging; the app may narrow it.
@@ -87,4 +87,9 @@ def run(main: Callable[[list[str]], None], *, flags_parser=parse_flags) -> None:
         except InputError as error:
             fail(str(error))
 
-    app.run(guarded, flags_parser=flags_parser)
+    return guarded
+
+
+def run(main: Callable[[list[str]], None], *, flags_parser=parse_flags) -> None:
+    """`absl.app.run(main)` with one-line errors for bad inputs (exit status 2)."""
+    app.run(guard(main), flags_parser=flags_parser)

@@ -22,3 +22,7 @@ class MissingInputError(InputError, FileNotFoundError):
 
 class UnreachableError(InputError, RuntimeError):
     """Data or a model must come from the network, which cannot be reached."""
+
+
+class ModelUnavailableError(InputError, OSError):
+    """A pretrained model or tokenizer is neither a local folder nor reachable on the hub."""

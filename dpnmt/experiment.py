@@ -18,6 +18,7 @@ from dpnmt import models
 from dpnmt.data import corpora, dp_sentencepiece, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
+from dpnmt.errors import ModelUnavailableError
 
 TOKENIZER_FILE = "tokenizer.model"
 VOCABULARY_RECORD_FILE = "vocabulary.json"
@@ -48,11 +49,11 @@ def _hub_errors(name_or_path: str):
     except OSError as error:
         if os.path.isdir(name_or_path):
             raise
-        raise OSError(
-            f"Could not load {name_or_path!r}: it is not a local directory and the Hugging "
-            "Face hub could not be reached (offline?). Download it where you have internet "
-            "and set --config.model.name_or_path to the local directory. "
-            f"Original error: {error}"
+        raise ModelUnavailableError(
+            f"model.name_or_path={name_or_path!r} could not be loaded: it is not a local "
+            "directory and the Hugging Face hub could not be reached (offline?). Download it "
+            "where you have internet and set --config.model.name_or_path to the local "
+            f"directory. Original error: {error}"
         ) from error
 
 
