@@ -8,6 +8,7 @@ size-dependent ones (L < N, a reachable target ε) the corpus text alone.
 
 import difflib
 import json
+import logging
 import math
 import os
 import re
@@ -498,7 +499,11 @@ def check_run(
       InputError: the corpus cannot be loaded (missing files, offline hub, ...).
     """
     check_static(config, workdir)
-    corpus = load_corpus(config)
+    logging.disable(logging.INFO)  # The run loads it again and logs that.
+    try:
+        corpus = load_corpus(config)
+    finally:
+        logging.disable(logging.NOTSET)
     if corpus_transform is not None:
         corpus = corpus_transform(corpus)
     raise_problems(size_problems(config, kept_pairs(corpus["train"], config.data.pair)))

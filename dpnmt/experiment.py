@@ -15,7 +15,7 @@ import jax
 import ml_collections
 
 from dpnmt import models
-from dpnmt.data import corpora, dp_sentencepiece, tokenizers
+from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ModelUnavailableError
@@ -138,6 +138,9 @@ def build_tokenizer(
             f"tokenizer.kind={kind!r} is unknown; use pretrained, dp_sentencepiece, "
             "sentencepiece_public or sentencepiece_private."
         )
+    health.log_warnings(
+        [health.vocabulary_warning(config.tokenizer.vocab_size, tokenizer.vocab_size, kind)]
+    )
     os.makedirs(workdir, exist_ok=True)
     tokenizer.save(model_path)
     with open(record_path, "w") as f:
@@ -151,7 +154,9 @@ def tokenize_corpus(
     tokenizer: tokenizers.Tokenizer,
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
     """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
-    return preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
+    tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
+    health.log_warnings(health.truncation_warnings(stats, tokenized))
+    return tokenized, stats
 
 
 def _preprocess_options(config: ml_collections.ConfigDict) -> dict:
