@@ -6,6 +6,7 @@ vocabulary: the static ones read only the config and the file system, the
 size-dependent ones (L < N, a reachable target ε) the corpus text alone.
 """
 
+import dataclasses
 import difflib
 import json
 import logging
@@ -462,17 +463,30 @@ def kept_pairs(train, pair: str) -> int:
 
 
 def size_problems(config: ml_collections.ConfigDict, dataset_size: int) -> list[str]:
-    """Problems that need N: the lot size below N, a reachable target ε (σ calibrates)."""
+    """Problems that need N: the lot size below N, a reachable target ε.
+
+    Reachability is one accountant evaluation at the largest σ the calibration
+    tries (the run calibrates σ itself, once).
+    """
+    dp = ml_collections.ConfigDict(config.dp.to_dict())
+    calibrate = dp.enabled and dp.noise_multiplier is None and dp.target_epsilon is not None
+    if calibrate:
+        dp.noise_multiplier = 1.0  # Stand-in: the plan's L, N, q and T do not depend on σ.
     try:
-        privacy.plan_privacy(config.dp, config.train, dataset_size)
+        plan = privacy.plan_privacy(dp, config.train, dataset_size)
     except ValueError as error:
-        message = str(error)
-        if "target" in message and config.dp.target_epsilon is not None:
-            message += (
-                f" (N={dataset_size}); raise dp.target_epsilon or train.expected_lot_size, or "
-                "lower train.num_epochs."
-            )
-        return [message]
+        return [str(error)]
+    if not calibrate:
+        return []
+    largest = core.accounting._MAX_NOISE_MULTIPLIER  # noqa: SLF001 - the calibration's range.
+    reached = dataclasses.replace(plan, noise_multiplier=largest).epsilon_after(plan.num_steps)
+    if reached > dp.target_epsilon:
+        return [
+            f"dp.target_epsilon={dp.target_epsilon:g} is unreachable: even σ={largest:g} gives "
+            f"ε={reached:.4g} (N={dataset_size}, q={plan.sampling_rate:.4g}, "
+            f"T={plan.num_steps}, {plan.sampling}); raise dp.target_epsilon or dp.delta, or "
+            "lower train.num_epochs."
+        ]
     return []
 
 

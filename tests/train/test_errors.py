@@ -104,6 +104,14 @@ def test_lot_size_not_below_n_fails_after_reading_text_only(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_unreachable_target_epsilon_fails_before_anything_is_written(tmp_path):
+    config = _config(tmp_path)
+    config.dp.noise_multiplier, config.dp.target_epsilon = None, 1e-9
+    with pytest.raises(ConfigError, match=r"dp.target_epsilon=1e-09 is unreachable.*N=120"):
+        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_sweep_folder_is_not_a_train_workdir(tmp_path):
     (tmp_path / "sweep.json").write_text("{}")
     with pytest.raises(ConfigError, match="is a sweep folder"):
