@@ -1,4 +1,9 @@
-"""Decoding a trained (or pretrained) model and scoring it: the library behind `dpnmt.decode`."""
+"""Decoding a trained (or pretrained) model and scoring it: the library behind `dpnmt.decode`.
+
+A trained run is decoded from its workdir (its saved config, vocabulary and
+latest checkpoint); a pretrained model without training from a config
+(`python -m dpnmt.decode --config=... --zero_shot`).
+"""
 
 import dataclasses
 import json
