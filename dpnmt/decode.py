@@ -8,13 +8,10 @@ Writes `hypotheses.<split>.txt` and `results.json` (scores and the run's privacy
 report) into `<workdir>/decode_<split>`. Logic: `dpnmt.inference`.
 """
 
-import json
-import os
-
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, inference, trainer
+from dpnmt import cli, inference
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (only for --zero_shot; a run's own config is read from --workdir)."
@@ -32,23 +29,6 @@ _ZERO_SHOT = flags.DEFINE_boolean(
 )
 
 
-def warn_if_unfinished(workdir: str) -> bool:
-    """Warns when the run in `workdir` has not finished; returns whether it has."""
-    path = os.path.join(workdir, trainer.RESULTS_FILE)
-    finished = False
-    if os.path.exists(path):
-        with open(path) as f:
-            finished = bool(json.load(f).get("finished"))
-    if not finished:
-        logging.warning(
-            "The run in %s has not finished (no finished %s): decoding its latest "
-            "checkpoint. Rerun python -m dpnmt.train with the same --workdir to finish it.",
-            workdir,
-            trainer.RESULTS_FILE,
-        )
-    return finished
-
-
 def main(argv):
     """Loads the run (or pretrained model), decodes and scores."""
     if len(argv) > 1:
@@ -60,7 +40,7 @@ def main(argv):
         config = _CONFIG.value
     else:
         config = inference.load_run_config(_WORKDIR.value)
-        warn_if_unfinished(_WORKDIR.value)
+        inference.warn_if_unfinished(_WORKDIR.value)
     if _NUM_BEAMS.value is not None:
         config.eval.num_beams = _NUM_BEAMS.value
     if _BERTSCORE_MODEL.value is not None:

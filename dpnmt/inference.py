@@ -30,6 +30,23 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
         return ml_collections.ConfigDict(json.load(f))
 
 
+def warn_if_unfinished(workdir: str) -> bool:
+    """Warns when the run in `workdir` has not finished; returns whether it has."""
+    path = os.path.join(workdir, trainer.RESULTS_FILE)
+    finished = False
+    if os.path.exists(path):
+        with open(path) as f:
+            finished = bool(json.load(f).get("finished"))
+    if not finished:
+        logging.warning(
+            "The run in %s has not finished (no finished %s): decoding its latest "
+            "checkpoint. Rerun python -m dpnmt.train with the same --workdir to finish it.",
+            workdir,
+            trainer.RESULTS_FILE,
+        )
+    return finished
+
+
 def decode_and_score(
     config: ml_collections.ConfigDict,
     workdir: str,

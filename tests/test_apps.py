@@ -75,9 +75,9 @@ def test_an_input_error_in_an_app_exits_2_in_one_line(capsys):
 
 
 def test_decode_warns_when_the_run_has_not_finished(tmp_path, caplog):
-    from dpnmt import decode
+    from dpnmt import inference
 
-    assert not decode.warn_if_unfinished(str(tmp_path))
+    assert not inference.warn_if_unfinished(str(tmp_path))
     assert "has not finished" in caplog.text
     (tmp_path / "results.json").write_text('{"finished": true}')
-    assert decode.warn_if_unfinished(str(tmp_path))
+    assert inference.warn_if_unfinished(str(tmp_path))
