@@ -14,7 +14,7 @@ import datasets
 import jax
 import ml_collections
 
-from dpnmt import models
+from dpnmt import config_check, models
 from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
@@ -26,14 +26,8 @@ VOCABULARY_RECORD_FILE = "vocabulary.json"
 
 def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
     """The corpus named by `config.data`, train split limited if asked."""
-    kwargs: dict[str, Any] = {}
-    if config.data.dir is not None:
-        kwargs["data_dir"] = config.data.dir
-    if config.data.validation_size is not None:
-        kwargs["validation_size"] = config.data.validation_size
-    if config.data.bsd_train_split is not None:
-        kwargs["train_split"] = config.data.bsd_train_split
-    corpus = corpora.load_corpus(config.data.corpus, config.data.pair, **kwargs)
+    options = config_check.corpus_options(config)  # data.dir -> data_dir, ...
+    corpus = corpora.load_corpus(config.data.corpus, config.data.pair, **options)
     limit = config.data.max_train_examples
     if limit is not None and limit < len(corpus["train"]):
         logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
