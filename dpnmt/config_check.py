@@ -27,6 +27,7 @@ CONFIG_FILE = "config.json"
 SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.grid.MANIFEST_FILE (not imported: flags).
 CHECKPOINT_DIR = "checkpoints"  # dpnmt.checkpointing.CHECKPOINT_DIR.
 TOKENIZER_FILE = "tokenizer.model"  # dpnmt.experiment.TOKENIZER_FILE.
+METRICS_FILE = "metrics.jsonl"  # dpnmt.trainer.MetricsWriter's file.
 
 TOKENIZER_KINDS = (
     "pretrained",
@@ -356,11 +357,32 @@ def config_problems(
     ]
 
 
+def _trained(workdir: str) -> bool:
+    """Whether a session trained at least one step here (metrics logged after step 0)."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        for line in f:
+            try:
+                if json.loads(line).get("step", 0) > 0:
+                    return True
+            except (json.JSONDecodeError, AttributeError):
+                return True  # Unreadable: assume the worst.
+    return False
+
+
 def _is_bound(workdir: str) -> tuple[bool, bool]:
-    """(holds a checkpoint, holds a learnt vocabulary)."""
+    """(bound in every field, holds a learnt vocabulary).
+
+    Every field binds once a checkpoint exists, or once a session trained
+    (metrics after step 0 may be published, and the noise seed in private/ is
+    reused by a rerun: a different config would be a second, unaccounted use).
+    """
     checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
     has_checkpoint = os.path.isdir(checkpoints) and bool(os.listdir(checkpoints))
-    return has_checkpoint, os.path.exists(os.path.join(workdir, TOKENIZER_FILE))
+    fully = has_checkpoint or _trained(workdir)
+    return fully, os.path.exists(os.path.join(workdir, TOKENIZER_FILE))
 
 
 def _depends_vocabulary(field: str) -> bool:
@@ -370,16 +392,16 @@ def _depends_vocabulary(field: str) -> bool:
 def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str]:
     """Fields in which `config` differs from the run `workdir` is bound to.
 
-    A workdir is bound once it holds a checkpoint (every field but
-    `NOT_BINDING_FIELDS` counts) or a learnt vocabulary without a checkpoint
-    (only `VOCABULARY_FIELDS` count: nothing else has been spent yet).
+    A workdir is bound once it holds a checkpoint or trained a step (every
+    field but `NOT_BINDING_FIELDS` counts), or a learnt vocabulary only (only
+    `VOCABULARY_FIELDS` count: nothing else has been spent or released yet).
 
     Returns:
       The differing fields, sorted; empty when unbound or the same.
     """
     path = os.path.join(workdir, CONFIG_FILE)
-    has_checkpoint, has_vocabulary = _is_bound(workdir)
-    if not os.path.exists(path) or not (has_checkpoint or has_vocabulary):
+    fully_bound, has_vocabulary = _is_bound(workdir)
+    if not os.path.exists(path) or not (fully_bound or has_vocabulary):
         return []
     with open(path) as f:
         previous = flatten(json.load(f))
@@ -389,7 +411,7 @@ def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str
         | {k for k, v in current.items() if previous.get(k, v) != v}
     )
     changed = [k for k in changed if k not in NOT_BINDING_FIELDS]
-    if not has_checkpoint:
+    if not fully_bound:
         changed = [k for k in changed if _depends_vocabulary(k)]
     return changed
 

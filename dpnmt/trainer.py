@@ -317,8 +317,13 @@ def train_and_evaluate(
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
     """
-    config_check.check_run(
-        config, workdir, load_corpus=experiment.load_corpus, corpus_transform=corpus_transform
+    # Everything checked before a file is written (process 0 alone reads the
+    # shared workdir: no race with its own writes below).
+    distributed.on_primary(
+        lambda: config_check.check_run(
+            config, workdir, load_corpus=experiment.load_corpus, corpus_transform=corpus_transform
+        ),
+        "validating the config",
     )
     distributed.on_primary(
         lambda: check_workdir_config(workdir, config), "checking the workdir's config"

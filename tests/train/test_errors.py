@@ -149,6 +149,12 @@ def test_rerun_with_the_fix_proceeds_and_a_vocabulary_binds_only_its_fields(tmp_
     config.tokenizer.vocab_size *= 2  # It does: learning again would spend privacy again.
     with pytest.raises(ConfigError, match=r"fields differ: \['tokenizer.vocab_size'\]"):
         trainer.train_and_evaluate(config, str(workdir))
+    config.tokenizer.vocab_size //= 2
+    # Once a session trained a step (its metrics may be out), every field binds.
+    (workdir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 5, "epsilon": 0.1}\n')
+    config.train.learning_rate *= 2
+    with pytest.raises(ConfigError, match=r"fields differ: \['train.learning_rate'\]"):
+        trainer.train_and_evaluate(config, str(workdir))
 
 
 def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
