@@ -34,19 +34,34 @@ def fail(message: str) -> None:
     sys.exit(USAGE_EXIT_CODE)
 
 
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception `error` was raised from (or while handling)."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return error
+
+
 def parse_flags(argv: Sequence[str]) -> list[str]:
-    """Parses flags as absl does, after checking every `--config.<field>` names a field."""
-    problems = config_check.check_override_flags(argv[1:])
-    if problems:
-        fail("\n".join(problems))
+    """Parses flags as absl does; a bad `--config.<field>` fails in one line.
+
+    A field the config lacks is named with the closest field (from the base
+    config: `config_check.check_override_flags`); other errors in one line too.
+    """
     try:
         return flags.FLAGS(list(argv))
-    except flags.Error as error:
-        fail(f"{error}\nPass --helpfull to see help on flags.")
-    except InputError as error:  # A config file's own check (e.g. an unknown :variant).
-        fail(str(error))
-    except (AttributeError, KeyError, ValueError, TypeError) as error:
-        # ml_collections raises these for a bad --config.<field>=<value> or config file.
+    except Exception as error:  # noqa: BLE001 - any parse failure is the user's input.
+        problems = config_check.check_override_flags(argv[1:])
+        if problems:
+            fail("\n".join(problems))
+        root = _root_cause(error)
+        if root is not error and isinstance(root, (ValueError, InputError)):
+            first_line = str(error).strip().splitlines()[0].rstrip(":")
+            # E.g. an unknown :variant or a value of the wrong type, no traceback.
+            fail(first_line if str(root) in first_line else f"{first_line}: {root}")
+        if isinstance(error, flags.Error):
+            fail(f"{error}\nPass --helpfull to see help on flags.")
+        # ml_collections raises plain errors for a bad --config.<field>=<value>,
+        # a config file's own checks (an unknown :variant) raise ValueError.
         fail(f"bad --config flag or config file: {type(error).__name__}: {error}")
     return []  # Not reached.
 

@@ -81,3 +81,16 @@ def test_decode_warns_when_the_run_has_not_finished(tmp_path, caplog):
     assert "has not finished" in caplog.text
     (tmp_path / "results.json").write_text('{"finished": true}')
     assert inference.warn_if_unfinished(str(tmp_path))
+
+
+def test_unknown_variant_is_one_line_naming_the_valid_ones(capsys):
+    from absl.testing import flagsaver
+
+    from dpnmt.data import inspect  # noqa: F401 - defines --config in this process.
+
+    with flagsaver.flagsaver(), pytest.raises(SystemExit) as exit_info:
+        cli.parse_flags(["dpnmt.data.inspect", "--config=configs/tiny.py:eps3"])
+    assert exit_info.value.code == cli.USAGE_EXIT_CODE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Unknown config variant 'eps3'" in lines[0]
+    assert "Traceback" not in lines[0]
