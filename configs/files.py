@@ -1,8 +1,8 @@
 """Your own parallel data: set --config.data.corpus=files:<folder> and the pair.
 
 The folder holds one of `<split>.tsv`, `<split>.jsonl` or `<split>.<lang>` per
-split (see dpnmt/data/corpora.py). Defaults: a small T5 from scratch with a
-DP-SentencePiece vocabulary.
+split (README "Your own data and model"; dpnmt/data/corpora/files.py).
+Defaults: a small T5 from scratch with a DP-SentencePiece vocabulary.
 """
 
 from dpnmt import config_lib

@@ -16,10 +16,10 @@ inserted stay in `<workdir>/private/`. Rerunning resumes with the same
 canaries. Logic: `dpnmt.auditing`.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import auditing, canaries
+from dpnmt import auditing, canaries, cli, config_check
 
 _DEFAULTS = auditing.AuditOptions()
 _CONFIG = config_flags.DEFINE_config_file(
@@ -56,7 +56,9 @@ def main(argv):
     """Runs `auditing.run_audit` with the flags' config, workdir and options."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.INFO)
+    cli.setup_logging()
+    # Before the audit writes its canaries: the trainer checks the rest.
+    config_check.check_static(_CONFIG.value, _WORKDIR.value)
     options = auditing.AuditOptions(
         num_canaries=_NUM_CANARIES.value,
         repeats=_REPEATS.value,
@@ -74,4 +76,4 @@ if __name__ == "__main__":
     # Here, not at import: importing this module (tests, other apps) must not
     # make these flags required for every absl app in the process.
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(main)
+    cli.run(main)

@@ -1,10 +1,12 @@
 """Orbax checkpoints of a training run: arrays, plus JSON metadata for the rest.
 
-A checkpoint holds the trainable params, optimizer state and accumulated
-state as arrays, and as JSON: the step, the sampler state (so the remaining lot
-sequence is the one an uninterrupted run would draw), the noise seed (so the
-noise key sequence continues), the privacy ledger and the early-stopping state.
-It is private: the noise seed must never be published.
+A checkpoint holds, as arrays, the trainable params and the optimizer state;
+as JSON, the step (and steps done), the privacy plan, the evaluation history,
+the early-stopping state and only a SHA-256 hash of the secret noise seed (so
+a resume can check it has the right seed without the checkpoint holding it).
+The seed itself and the lot sampler's state per checkpoint (lot membership is
+private) live in the run's `private/` folder, written by `dpnmt.trainer`, never
+here: the checkpoint folder may be published with the run.
 """
 
 import os

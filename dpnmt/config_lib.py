@@ -1,5 +1,7 @@
 """Experiment configs: the shared base config and `:variant` string parsing.
 
+`dpnmt.config_check` validates every field below before a run writes anything.
+
 Config files in `configs/` call `make_config(arg, ...)`: `arg` is the text after
 the first `:` of `--config=configs/x.py:eps5,shuffle`. Privacy variants set the
 target ε, sampling variants the lot sampling. Unknown variants fail, listing the
@@ -64,8 +66,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
     c.data.pair = "es-en"  # Translation direction "src-tgt".
     c.data.dir = config_dict.placeholder(str)  # Local corpus folder; None: $DPNMT_DATA_DIR/hub.
-    c.data.validation_size = config_dict.placeholder(int)  # Pairs carved off train, if needed.
-    c.data.bsd_train_split = config_dict.placeholder(str)  # BSD offline: "dev" (no train.json).
+    c.data.validation_size = config_dict.placeholder(int)  # wmt16/bsd/hub/files: carved off train.
+    c.data.bsd_train_split = config_dict.placeholder(str)  # bsd only: train | dev (offline).
     c.data.max_source_length = 64  # Source tokens per example (specials included).
     c.data.max_target_length = 64  # Target tokens per example (specials included).
     c.data.max_train_examples = config_dict.placeholder(int)  # Keep the first K train pairs.
@@ -107,10 +109,10 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.dp = ml_collections.ConfigDict()
     c.dp.enabled = True  # False: plain mini-batch training, no clipping or noise.
-    c.dp.target_epsilon = config_dict.placeholder(float)  # Calibrate σ to this DP-SGD ε.
-    c.dp.noise_multiplier = config_dict.placeholder(float)  # Or give σ and report ε.
-    c.dp.l2_clip = 1.0  # Per-example clipping norm C.
-    c.dp.delta = 1e-8  # δ of DP-SGD (the paper's value).
+    c.dp.target_epsilon = config_dict.placeholder(float)  # Calibrate σ to this DP-SGD ε (> 0).
+    c.dp.noise_multiplier = config_dict.placeholder(float)  # Or give σ > 0 (wins over ε).
+    c.dp.l2_clip = 1.0  # Per-example clipping norm C (> 0).
+    c.dp.delta = 1e-8  # δ of DP-SGD in (0, 1), below 1/N (the paper's value).
     c.dp.accountant = "pld"  # pld (tight) | rdp.
     c.dp.sampling = "poisson"  # poisson (guarantee with amplification) | shuffle.
     c.dp.secure_rng = False  # Poisson lots from os.urandom, not the seed (releases).
@@ -118,8 +120,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.dp.clipping_chunk = 0  # Clip a micro-batch in chunks of this many rows (0: at once).
 
     c.train = ml_collections.ConfigDict()
-    c.train.expected_lot_size = 64  # L: expected examples per lot (q = L/N).
-    c.train.physical_batch_size = 16  # b: rows per micro-batch (a multiple of devices).
+    c.train.expected_lot_size = 64  # L: expected examples per lot (q = L/N; 1 <= L < N).
+    c.train.physical_batch_size = 16  # b: rows per micro-batch (a multiple of the devices).
     c.train.num_epochs = 2  # Epochs; Poisson: T = round(epochs * N / L) lots.
     c.train.optimizer = "adam"  # sgd | adam | adamw | adafactor.
     c.train.learning_rate = 1e-3  # Peak learning rate.

@@ -8,10 +8,10 @@ Writes `hypotheses.<split>.txt` and `results.json` (scores and the run's privacy
 report) into `<workdir>/decode_<split>`. Logic: `dpnmt.inference`.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import inference
+from dpnmt import cli, inference
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (only for --zero_shot; a run's own config is read from --workdir)."
@@ -33,13 +33,14 @@ def main(argv):
     """Loads the run (or pretrained model), decodes and scores."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.INFO)
+    cli.setup_logging()
     if _ZERO_SHOT.value:
         if _CONFIG.value is None:
             raise app.UsageError("--zero_shot needs --config naming a pretrained model.")
         config = _CONFIG.value
     else:
         config = inference.load_run_config(_WORKDIR.value)
+        inference.warn_if_unfinished(_WORKDIR.value)
     if _NUM_BEAMS.value is not None:
         config.eval.num_beams = _NUM_BEAMS.value
     if _BERTSCORE_MODEL.value is not None:
@@ -58,4 +59,4 @@ if __name__ == "__main__":
     # Here, not at import: importing this module (tests, other apps) must not
     # make these flags required for every absl app in the process.
     flags.mark_flags_as_required(["workdir"])
-    app.run(main)
+    cli.run(main)

@@ -14,10 +14,11 @@ import datasets
 import jax
 import ml_collections
 
-from dpnmt import models
-from dpnmt.data import corpora, dp_sentencepiece, tokenizers
+from dpnmt import config_check, models
+from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
+from dpnmt.errors import ModelUnavailableError
 
 TOKENIZER_FILE = "tokenizer.model"
 VOCABULARY_RECORD_FILE = "vocabulary.json"
@@ -25,14 +26,8 @@ VOCABULARY_RECORD_FILE = "vocabulary.json"
 
 def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
     """The corpus named by `config.data`, train split limited if asked."""
-    kwargs: dict[str, Any] = {}
-    if config.data.dir is not None:
-        kwargs["data_dir"] = config.data.dir
-    if config.data.validation_size is not None:
-        kwargs["validation_size"] = config.data.validation_size
-    if config.data.bsd_train_split is not None:
-        kwargs["train_split"] = config.data.bsd_train_split
-    corpus = corpora.load_corpus(config.data.corpus, config.data.pair, **kwargs)
+    options = config_check.corpus_options(config)  # data.dir -> data_dir, ...
+    corpus = corpora.load_corpus(config.data.corpus, config.data.pair, **options)
     limit = config.data.max_train_examples
     if limit is not None and limit < len(corpus["train"]):
         logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
@@ -48,11 +43,11 @@ def _hub_errors(name_or_path: str):
     except OSError as error:
         if os.path.isdir(name_or_path):
             raise
-        raise OSError(
-            f"Could not load {name_or_path!r}: it is not a local directory and the Hugging "
-            "Face hub could not be reached (offline?). Download it where you have internet "
-            "and set --config.model.name_or_path to the local directory. "
-            f"Original error: {error}"
+        raise ModelUnavailableError(
+            f"model.name_or_path={name_or_path!r} could not be loaded: it is not a local "
+            "directory and the Hugging Face hub could not be reached (offline?). Download it "
+            "where you have internet and set --config.model.name_or_path to the local "
+            f"directory. Original error: {error}"
         ) from error
 
 
@@ -137,6 +132,9 @@ def build_tokenizer(
             f"tokenizer.kind={kind!r} is unknown; use pretrained, dp_sentencepiece, "
             "sentencepiece_public or sentencepiece_private."
         )
+    health.log_warnings(
+        [health.vocabulary_warning(config.tokenizer.vocab_size, tokenizer.vocab_size, kind)]
+    )
     os.makedirs(workdir, exist_ok=True)
     tokenizer.save(model_path)
     with open(record_path, "w") as f:
@@ -150,7 +148,9 @@ def tokenize_corpus(
     tokenizer: tokenizers.Tokenizer,
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
     """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
-    return preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
+    tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
+    health.log_warnings(health.truncation_warnings(stats, tokenized))
+    return tokenized, stats
 
 
 def _preprocess_options(config: ml_collections.ConfigDict) -> dict:

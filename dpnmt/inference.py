@@ -1,4 +1,9 @@
-"""Decoding a trained (or pretrained) model and scoring it: the library behind `dpnmt.decode`."""
+"""Decoding a trained (or pretrained) model and scoring it: the library behind `dpnmt.decode`.
+
+A trained run is decoded from its workdir (its saved config, vocabulary and
+latest checkpoint); a pretrained model without training from a config
+(`python -m dpnmt.decode --config=... --zero_shot`).
+"""
 
 import dataclasses
 import json
@@ -10,18 +15,36 @@ import ml_collections
 
 from dpnmt import bridge, checkpointing, experiment, models, privacy, trainer
 from dpnmt.data import tokenizers
+from dpnmt.errors import ConfigError, MissingInputError
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
     """The resolved config a training run wrote into `workdir`."""
     path = os.path.join(workdir, trainer.CONFIG_FILE)
     if not os.path.exists(path):
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"{path} does not exist: --workdir must be a training run's folder "
-            "(or pass --config and --pretrained for a zero-shot baseline)."
+            "(or pass --config and --zero_shot for a pretrained model's baseline)."
         )
     with open(path) as f:
         return ml_collections.ConfigDict(json.load(f))
+
+
+def warn_if_unfinished(workdir: str) -> bool:
+    """Warns when the run in `workdir` has not finished; returns whether it has."""
+    path = os.path.join(workdir, trainer.RESULTS_FILE)
+    finished = False
+    if os.path.exists(path):
+        with open(path) as f:
+            finished = bool(json.load(f).get("finished"))
+    if not finished:
+        logging.warning(
+            "The run in %s has not finished (no finished %s): decoding its latest "
+            "checkpoint. Rerun python -m dpnmt.train with the same --workdir to finish it.",
+            workdir,
+            trainer.RESULTS_FILE,
+        )
+    return finished
 
 
 def decode_and_score(
@@ -57,7 +80,10 @@ def decode_and_score(
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
     corpus = experiment.load_corpus(config)
     if zero_shot and (config.model.name_or_path is None or config.tokenizer.kind != "pretrained"):
-        raise ValueError("A zero-shot baseline needs a pretrained model and its tokenizer.")
+        raise ConfigError(
+            "--zero_shot needs a pretrained model and its tokenizer: set "
+            "model.name_or_path and tokenizer.kind='pretrained' in --config."
+        )
     # Reloads the run's saved vocabulary: never learns one again.
     tokenizer, vocabulary = experiment.build_tokenizer(
         config, corpus, workdir, noise_seed=None, learn=False
@@ -120,9 +146,10 @@ def restore_params(config, workdir: str, params):
     """Params with the checkpoint's trainable part, the plan and the steps done."""
     manager = checkpointing.make_manager(workdir)
     if manager.latest_step() is None:
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"No checkpoint in {os.path.join(workdir, checkpointing.CHECKPOINT_DIR)}; "
-            "train first (python -m dpnmt.train) or decode zero-shot with --pretrained."
+            "train first (python -m dpnmt.train), or decode a pretrained model with "
+            "--config=<its config> --zero_shot."
         )
     trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
     step = manager.latest_step()

@@ -9,11 +9,11 @@ Markdown table. Runs not finished are listed under the table, not averaged.
 """
 
 import os
-import sys
 
 from absl import app, flags
 
-from dpnmt import plots, summary
+from dpnmt import cli, plots, summary
+from dpnmt.errors import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The sweep's --workdir.")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/report).")
@@ -33,7 +33,7 @@ def write_report(workdir: str, out: str) -> str:
     """
     runs, not_finished = summary.load_runs(workdir)
     if not runs:
-        raise ValueError(
+        raise ConfigError(
             f"{workdir} has no finished run yet ({len(not_finished)} not finished); "
             "run or resume `python -m dpnmt.sweep` first."
         )
@@ -55,10 +55,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     out = _OUT.value or os.path.join(_WORKDIR.value, "report")
-    try:
-        markdown = write_report(_WORKDIR.value, out)
-    except ValueError as error:
-        sys.exit(f"dpnmt.report: {error}")
+    markdown = write_report(_WORKDIR.value, out)
     print(markdown)
     print(f"Wrote {TABLE_MD}, {TABLE_CSV} and {', '.join(FIGURES)} to {out}")
 
@@ -67,4 +64,4 @@ if __name__ == "__main__":
     # Here, not at import: importing this module (tests, other apps) must not
     # make these flags required for every absl app in the process.
     flags.mark_flags_as_required(["workdir"])
-    app.run(main)
+    cli.run(main)

@@ -24,7 +24,7 @@ import time
 from absl import app, flags, logging
 
 import dpnmt
-from dpnmt import grid
+from dpnmt import cli, config_check, grid
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file, without a :variant (the grid sets it).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep folder; rerun the command to resume.")
@@ -132,6 +132,7 @@ def run_sweep(
     for warning in grid.check_overrides(overrides):
         logging.warning(warning)
     configs = {spec: grid.resolve_config(config_path, spec, overrides) for spec in specs}
+    config_check.raise_problems(config_check.sweep_workdir_problems(workdir))
     os.makedirs(workdir, exist_ok=True)
     sweep_lock = open(os.path.join(workdir, ".sweep.lock"), "w")  # noqa: SIM115
     try:
@@ -208,10 +209,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
     """Parses the sweep's own flags; `--config.<field>=...` kept for the runs."""
     overrides = [a for a in argv[1:] if a.startswith("--config.")]
     rest = [a for a in argv if not a.startswith("--config.")]
-    try:
-        return [*flags.FLAGS(rest), *overrides]
-    except flags.Error as error:
-        sys.exit(f"{error}\nPass --helpfull to see help on flags.")
+    problems = config_check.check_override_flags(overrides)
+    if problems:
+        cli.fail("\n".join(problems))
+    return [*cli.parse_flags(rest), *overrides]
 
 
 def main(argv):
@@ -219,7 +220,7 @@ def main(argv):
     overrides = [a for a in argv[1:] if a.startswith("--config.")]
     if len(argv) > 1 + len(overrides):
         raise app.UsageError(f"Unexpected arguments: {argv[1 + len(overrides) :]}")
-    logging.set_verbosity(logging.INFO)
+    cli.setup_logging()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # Stops the running child too.
     try:
         specs = grid.expand(_GRID.value, _SAMPLING.value, _SEEDS.value)
@@ -246,4 +247,4 @@ if __name__ == "__main__":
     # Here, not at import: importing this module (tests, other apps) must not
     # make these flags required for every absl app in the process.
     flags.mark_flags_as_required(["config", "workdir", "grid"])
-    app.run(main, flags_parser=_parse_flags)
+    cli.run(main, flags_parser=_parse_flags)

@@ -4,6 +4,8 @@ r"""Trains a DP seq2seq translation model.
 
 The logic lives in `dpnmt.trainer` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
+The whole config is checked before anything is written (`dpnmt.config_check`);
+a bad input prints one line naming the field and the fix (exit status 2).
 
 Several processes (hosts) train one run together on JAX's distributed runtime:
 start every process with the same config and a shared --workdir, plus
@@ -12,11 +14,10 @@ DPNMT_* environment variables; under SLURM, `srun` sets everything). See
 `dpnmt.distributed`.
 """
 
-import datasets
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import distributed, trainer
+from dpnmt import cli, distributed, trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -55,9 +56,7 @@ def main(argv):
         heartbeat_timeout_s=_HEARTBEAT_TIMEOUT.value,
     )
     # Process 0 alone logs progress and ε; the others report only problems.
-    logging.set_verbosity(logging.INFO if distributed.is_primary() else logging.WARNING)
-    if not distributed.is_primary():
-        datasets.disable_progress_bars()
+    cli.setup_logging(primary=distributed.is_primary())
     trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
@@ -65,4 +64,4 @@ if __name__ == "__main__":
     # Here, not at import: importing this module (tests, other apps) must not
     # make these flags required for every absl app in the process.
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(main)
+    cli.run(main)

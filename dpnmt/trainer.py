@@ -25,15 +25,24 @@ import ml_collections
 import numpy as np
 import optax
 
-from dpnmt import bridge, checkpointing, core, distributed, experiment, models, privacy
+from dpnmt import (
+    bridge,
+    checkpointing,
+    config_check,
+    core,
+    distributed,
+    experiment,
+    models,
+    privacy,
+)
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
+from dpnmt.errors import ConfigError
 
 CONFIG_FILE = "config.json"
 PRIVATE_DIR = "private"  # Secret seed and sampler state: never publish this folder.
 RESULTS_FILE = "results.json"
-# Config fields a resumed run may change: they change how, not what, it trains
-# (the examples, N, lots and noise are the same). config.json records the latest.
-NOT_BINDING_CONFIG_FIELDS = frozenset({"data.tokenize_train"})
+# Config fields a resumed run may change (config.json records the latest).
+NOT_BINDING_CONFIG_FIELDS = config_check.NOT_BINDING_FIELDS
 EXAMPLE_FIELDS = (INPUT_IDS, INPUT_LENGTH, LABELS, LABEL_LENGTH)
 
 
@@ -219,50 +228,25 @@ def tokenize_splits(config, corpus, tokenizer):
 def check_workdir_config(workdir: str, config: ml_collections.ConfigDict) -> None:
     """Writes the resolved config, or refuses a workdir made by a different one.
 
-    A workdir is bound to its config once it holds a checkpoint or a learnt
-    vocabulary (learning that again would spend privacy again); before that, a
-    corrected config simply replaces the old one.
+    A workdir is bound to its config once it holds a checkpoint; one holding
+    only a learnt vocabulary is bound in the fields the vocabulary depends on
+    (`config_check.binding_changes`: learning it again would spend privacy
+    again). Otherwise a corrected config simply replaces the old one.
     """
+    problems = config_check.workdir_problems(workdir, config)
+    config_check.raise_problems(problems)
     path = os.path.join(workdir, CONFIG_FILE)
     resolved = json.loads(config.to_json_best_effort())
     try:
         os.makedirs(workdir, exist_ok=True)
     except OSError as error:
-        raise ValueError(f"--workdir={workdir} cannot be created: {error}") from error
-    if not os.access(workdir, os.W_OK):
-        raise ValueError(f"--workdir={workdir} is not writable; choose another folder.")
-    bound = os.path.exists(os.path.join(workdir, checkpointing.CHECKPOINT_DIR)) and os.listdir(
-        os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
-    )
-    bound = bound or os.path.exists(os.path.join(workdir, experiment.TOKENIZER_FILE))
-    if os.path.exists(path) and bound:
+        raise ConfigError(f"--workdir={workdir} cannot be created: {error}") from error
+    if os.path.exists(path):
         with open(path) as f:
-            previous = _flatten(json.load(f))
-        current = _flatten(resolved)
-        changed = sorted(
-            (previous.keys() ^ current.keys())
-            | {k for k, v in current.items() if previous.get(k, v) != v}
-        )
-        changed = [k for k in changed if k not in NOT_BINDING_CONFIG_FIELDS]
-        if changed:
-            raise ValueError(
-                f"{workdir} holds a run with a different config (fields differ: {changed}). "
-                "Use a new --workdir, or the same config to resume."
-            )
-        if previous == current:
-            return
+            if json.load(f) == resolved:
+                return
     with open(path, "w") as f:
         json.dump(resolved, f, indent=2, sort_keys=True)
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def privacy_report(plan: privacy.PrivacyPlan, steps_done: int, vocabulary) -> dict:
@@ -333,6 +317,14 @@ def train_and_evaluate(
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
     """
+    # Everything checked before a file is written (process 0 alone reads the
+    # shared workdir: no race with its own writes below).
+    distributed.on_primary(
+        lambda: config_check.check_run(
+            config, workdir, load_corpus=experiment.load_corpus, corpus_transform=corpus_transform
+        ),
+        "validating the config",
+    )
     distributed.on_primary(
         lambda: check_workdir_config(workdir, config), "checking the workdir's config"
     )

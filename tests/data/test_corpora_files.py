@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dpnmt.data import corpora
+from dpnmt.errors import InputError
 
 PAIRS = [("Guten Morgen .", "Good morning ."), ("Danke !", "Thanks !"), ("Ja", "Yes")]
 
@@ -222,3 +223,27 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     (tmp_path / "train.en").write_text("good\nalso good\nbroken\n", encoding="utf-8")
     with pytest.raises(ValueError, match=rf"{path}:3: not valid UTF-8"):
         corpora.load_files(str(tmp_path), "de-en")
+
+
+def test_registry_lists_each_loaders_options_and_refuses_others(tmp_path):
+    assert corpora.accepted_options("clinspen") == ("data_dir",)
+    assert corpora.accepted_options(f"files:{tmp_path}") == ("validation_size",)
+    assert set(corpora.accepted_options("bsd")) == {"data_dir", "train_split", "validation_size"}
+    # Refused before any file is read (the folder does not even exist).
+    with pytest.raises(InputError, match=r"does not take \['validation_size'\].*\['data_dir'\]"):
+        corpora.load_corpus("clinspen", "es-en", validation_size=3, data_dir=str(tmp_path / "x"))
+
+
+def test_unknown_corpus_suggests_the_closest_name():
+    with pytest.raises(InputError, match="did you mean 'wmt16'"):
+        corpora.load_corpus("wmt61", "de-en")
+
+
+def test_hub_fallback_names_the_data_dir_variable_and_what_it_holds(tmp_path, monkeypatch):
+    (tmp_path / "bsd_ja_en").mkdir()
+    monkeypatch.setenv(corpora.DATA_DIR_ENV, str(tmp_path))  # Has no WMT folder.
+    with pytest.raises(InputError) as error:
+        corpora.load_corpus("wmt16", "de-en")  # The hub is offline in tests.
+    message = str(error.value)
+    assert f"$DPNMT_DATA_DIR={tmp_path} holds ['bsd_ja_en']" in message
+    assert "wmt16_de_en or wmt_sample_de_en" in message

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 from dpnmt.data import dp_sentencepiece as dpsp
 
@@ -158,3 +158,58 @@ def test_train_bpe_and_no_survivors_error(private_pairs):
     huge_noise = dpsp.DPVocabularyParams(noise_stddev=1e4, delta=1e-6, max_words=32)
     with pytest.raises(ValueError, match="No word's noisy count exceeded"):
         dpsp.train_dp_sentencepiece(private_pairs[:50], vocab_size=300, params=huge_noise, seed=2)
+
+
+@pytest.fixture(scope="module")
+def large_epsilon_record():
+    """A vocabulary trained at a large-ε setting (σ = 1 count, 16 words / example)."""
+    pairs = list(
+        zip(generated_sentences(400, seed=21), generated_sentences(400, seed=22), strict=True)
+    )
+    params = dpsp.DPVocabularyParams(noise_stddev=1.0, delta=1e-6, max_words=16)
+    _, record = dpsp.train_dp_sentencepiece(pairs, vocab_size=300, params=params, seed=7)
+    return params, record
+
+
+def test_recorded_epsilon_is_a_valid_bound_at_large_epsilon(large_epsilon_record):
+    """Above ε ≈ 9 the classical formula is BELOW the exact Gaussian-mechanism ε at
+    δ/2 (here 21.7 vs ~29): the record composes the larger of the two."""
+    params, record = large_epsilon_record
+    assert params.epsilon_analytic > params.epsilon  # The regime where it matters.
+    assert record.epsilon >= params.epsilon_analytic
+
+
+def test_record_does_not_disclose_the_noise_seed(large_epsilon_record):
+    """The record is published with the run's privacy report: with the seed of the
+    noise on the word counts anyone could regenerate and strip every noise draw."""
+    _, record = large_epsilon_record
+    assert "seed" not in record.details
+    assert "seed" not in record.note
+
+
+def test_threshold_uses_the_normal_quantile_not_erfinv():
+    """C = m + σ·Φ⁻¹(1 − δ/(2W)) lets an example's ≤ W unique words through with
+    total probability δ/2 exactly (union bound); erfinv in place of Φ⁻¹ would
+    leak them with probability >> δ/2."""
+    for sigma, delta, max_words, m in [(1.0, 1e-6, 32, 1), (5.0, 1e-8, 100, 2)]:
+        erfinv_threshold = m + sigma * special.erfinv(1 - delta / (2 * max_words))
+        erfinv_leak = max_words * stats.norm.sf((erfinv_threshold - m) / sigma)
+        assert erfinv_leak > 100 * delta / 2
+        params = dpsp.DPVocabularyParams(sigma, delta, max_words, m)
+        code_leak = max_words * stats.norm.sf((params.threshold - m) / sigma)
+        assert code_leak == pytest.approx(delta / 2, rel=1e-6)
+
+
+def test_classical_formula_understates_only_at_large_epsilon():
+    """Where the classical ε formula is and is not a valid bound (exact ε at δ/2 as
+    reference): for 1 < ε <= 7 it OVER-states (safe); it understates only from
+    ε ≈ 8-12 on (δ in 1e-5..1e-8), which the DP-T5 settings ε = 33.7 and 336 reach."""
+    for delta in (1e-5, 1e-6, 1e-8):
+        for noise_multiplier in (0.7, 1.0, 2.0, 4.0):  # Classical ε in (1, 9].
+            classical = (1 / noise_multiplier) * math.sqrt(2 * math.log(2.5 / delta))
+            exact = dpsp.analytic_gaussian_epsilon(noise_multiplier, delta / 2)
+            assert classical >= exact, (delta, noise_multiplier)
+        for noise_multiplier in (0.5, 0.2, 0.05):  # Classical ε in [10, 125].
+            classical = (1 / noise_multiplier) * math.sqrt(2 * math.log(2.5 / delta))
+            exact = dpsp.analytic_gaussian_epsilon(noise_multiplier, delta / 2)
+            assert classical < exact, (delta, noise_multiplier)

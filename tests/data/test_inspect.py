@@ -1,11 +1,15 @@
 """The inspect app prints sizes, percentiles, counts and examples."""
 
+import pathlib
 import re
+import sys
 
 from absl import flags
 from absl.testing import flagsaver
 
 from dpnmt.data import inspect as inspect_app
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_inspect_prints_summary(tmp_path, spm_tokenizer, capsys):
@@ -34,3 +38,30 @@ def test_inspect_prints_summary(tmp_path, spm_tokenizer, capsys):
     assert "truncated source 2" in out  # the T5 prefix alone exceeds 4 ids
     assert "source tokens before truncation: p50=" in out
     assert "translate German to English:" in out
+
+
+def test_inspect_takes_the_config_like_every_app(tmp_path, spm_tokenizer, capsys, monkeypatch):
+    rows = [(f"Satz {i}", f"Sentence {i}") for i in range(6)]
+    (tmp_path / "train.tsv").write_text(
+        "en\tde\n" + "".join(f"{b}\t{a}\n" for a, b in rows), encoding="utf-8"
+    )  # Either column order; no validation file: carved by data.validation_size.
+    (tmp_path / "test.tsv").write_text("de\ten\nJa\tYes\n", encoding="utf-8")
+    model = tmp_path / "m.model"
+    spm_tokenizer.save(str(model))
+    argv = [
+        "inspect",
+        f"--config={CONFIGS}/files.py",
+        f"--config.data.corpus=files:{tmp_path}",
+        "--config.data.validation_size=2",
+        f"--tokenizer=spm:{model}",
+        "--max_source_length=3",  # A plain flag overrides the config.
+    ]
+    monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the overrides from it.
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(argv)
+        inspect_app.main(["inspect"])
+    out = capsys.readouterr().out
+    assert re.search(r"train +4 pairs", out) and re.search(r"validation +2 pairs", out)
+    assert "kept 4/4" in out
+    assert "truncated source 4" in out  # Only with the flag's 3, not the config's 64.

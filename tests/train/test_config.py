@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from dpnmt import config_lib
+from dpnmt import config_check, config_lib
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
@@ -72,3 +72,28 @@ def test_every_base_field_is_commented():
     assert len(assignments) > 40
     uncommented = [line.strip() for line in assignments if "#" not in line]
     assert not uncommented
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_clinspen", "wmt16", "bsd", "clinspen", "files"])
+@pytest.mark.parametrize("variant", ["eps5,shuffle", "nonprivate"])
+def test_every_config_file_passes_validation(name, variant):
+    problems = config_check.config_problems(_load(name).get_config(variant), device_count=8)
+    if name == "files":  # Its corpus folder is a placeholder the user sets.
+        assert len(problems) == 1 and problems[0].startswith("data.corpus='files:data'")
+    else:
+        assert problems == []
+
+
+def test_every_enum_field_is_a_base_field_with_a_valid_default():
+    config = config_lib.base_config()
+    fields = config_check.config_fields(config)
+    for field, allowed in config_check.ENUM_FIELDS.items():
+        assert field in fields
+        default = config_check._get(config, field)
+        assert default is None or default in allowed, field
+
+
+def test_vocabulary_fields_are_config_fields():
+    fields = config_check.config_fields()
+    for prefix in config_check.VOCABULARY_FIELDS:
+        assert any(f == prefix or f.startswith(prefix) for f in fields), prefix

@@ -1,8 +1,160 @@
-"""Errors a user can hit before training starts say what to do."""
+"""Bad inputs fail before anything is written, in one line naming the field and the fix."""
+
+import os
 
 import pytest
 
-from dpnmt import config_lib, experiment, inference
+from dpnmt import config_check, config_lib, experiment, inference, trainer
+from dpnmt.errors import ConfigError, InputError
+
+ROWS = [(f"Satz Nummer {i} hier", f"Sentence number {i} here") for i in range(120)]
+
+
+def _corpus(folder):
+    """A files: corpus of 120 train pairs (validation and test: 8 each)."""
+    os.makedirs(folder, exist_ok=True)
+    for split, rows in (("train", ROWS), ("validation", ROWS[:8]), ("test", ROWS[:8])):
+        with open(os.path.join(folder, f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("de\ten\n" + "".join(f"{a}\t{b}\n" for a, b in rows))
+    return str(folder)
+
+
+def _config(tmp_path, variant="eps8"):
+    def customize(c):
+        c.data.corpus = f"files:{_corpus(tmp_path / 'corpus')}"
+        c.data.pair = "de-en"
+        c.tokenizer.vocab_size = 400
+        c.train.expected_lot_size = 16
+        c.train.physical_batch_size = 8
+        c.noise_seed = 1
+        c.dp.noise_multiplier = 1.0  # Given σ: no calibration (fast).
+
+    return config_lib.make_config(variant, customize)
+
+
+class _Stop(Exception):
+    """Raised once the vocabulary is built: the test has seen what it needs."""
+
+
+def _stop_after_vocabulary(monkeypatch):
+    def stop(*args, **kwargs):
+        raise _Stop
+
+    monkeypatch.setattr(trainer, "tokenize_splits", stop)
+
+
+BAD_FIELDS = [
+    ("train.optimizer", "adamm", "did you mean 'adam'"),
+    ("train.decay", "cos", "constant"),
+    ("dp.sampling", "poison", "did you mean 'poisson'"),
+    ("dp.clipping", "ghostly", "vmap"),
+    ("dp.accountant", "gdp", "rdp"),
+    ("data.tokenize_train", "lazy", "per_lot"),
+    ("tokenizer.kind", "bpe", "dp_sentencepiece"),
+    ("tokenizer.model_type", "word", "unigram"),
+    ("model.family", "bart", "mbart"),
+    ("model.feed_forward_proj", "gated-swish", "gated-ACT"),
+    ("dp.l2_clip", -1.0, "> 0"),
+    ("dp.delta", 1.5, "in (0, 1)"),
+    ("dp.noise_multiplier", -1.0, "> 0"),
+    ("train.expected_lot_size", 0, ">= 1"),
+    ("train.num_epochs", 0, ">= 1"),
+    ("train.log_every_steps", 0, ">= 1"),
+    ("data.max_source_length", 0, ">= 1"),
+    ("train.physical_batch_size", 12, "multiple of the 8 devices"),
+    ("data.bsd_train_split", "dev", "does not use it"),
+    ("model.name_or_path", "./no/such/model", "no such folder"),
+]
+
+
+@pytest.mark.parametrize("field, value, fix", BAD_FIELDS)
+def test_bad_field_fails_before_the_workdir_is_made(tmp_path, field, value, fix):
+    config = _config(tmp_path)
+    group, name = field.split(".")
+    config[group][name] = value
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        trainer.train_and_evaluate(config, str(workdir))
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(field), message
+    assert fix in message
+    assert not workdir.exists()
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    config = _config(tmp_path)
+    config.train.optimizer, config.dp.l2_clip = "adamm", -1.0
+    problems = config_check.config_problems(config, device_count=1)
+    assert [p.split("=")[0] for p in problems] == ["train.optimizer", "dp.l2_clip"]
+
+
+def test_private_run_without_target_or_sigma_is_refused(tmp_path):
+    config = _config(tmp_path)
+    config.dp.target_epsilon = config.dp.noise_multiplier = None
+    with pytest.raises(ConfigError, match="dp.target_epsilon.*dp.noise_multiplier"):
+        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_lot_size_not_below_n_fails_after_reading_text_only(tmp_path):
+    config = _config(tmp_path)
+    config.train.expected_lot_size = 120  # N = 120 pairs.
+    with pytest.raises(ConfigError, match=r"train.expected_lot_size=120 must be in \[1, N=120\)"):
+        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_unreachable_target_epsilon_fails_before_anything_is_written(tmp_path):
+    config = _config(tmp_path)
+    config.dp.noise_multiplier, config.dp.target_epsilon = None, 1e-9
+    with pytest.raises(ConfigError, match=r"dp.target_epsilon=1e-09 is unreachable.*N=120"):
+        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_folder_is_not_a_train_workdir(tmp_path):
+    (tmp_path / "sweep.json").write_text("{}")
+    with pytest.raises(ConfigError, match="is a sweep folder"):
+        trainer.train_and_evaluate(_config(tmp_path), str(tmp_path))
+    assert not (tmp_path / trainer.CONFIG_FILE).exists()
+
+
+def test_a_train_workdir_is_not_a_sweep_folder(tmp_path):
+    (tmp_path / trainer.CONFIG_FILE).write_text("{}")
+    problems = config_check.sweep_workdir_problems(str(tmp_path))
+    assert len(problems) == 1 and "holds a training run (config.json)" in problems[0]
+
+
+def test_unknown_override_names_the_closest_field():
+    problems = config_check.check_override_flags(["--config.dp.epsilon=1", "--config.seed=2"])
+    assert problems == ["--config.dp.epsilon: no field dp.epsilon; did you mean dp.target_epsilon?"]
+
+
+def test_rerun_with_the_fix_proceeds_and_a_vocabulary_binds_only_its_fields(tmp_path, monkeypatch):
+    workdir = tmp_path / "run"
+    config = _config(tmp_path)
+    config.train.optimizer = "adamm"
+    with pytest.raises(ConfigError):
+        trainer.train_and_evaluate(config, str(workdir))
+    assert not workdir.exists()
+    config.train.optimizer = "adam"
+    _stop_after_vocabulary(monkeypatch)
+    with pytest.raises(_Stop):  # Past validation, the config and the vocabulary.
+        trainer.train_and_evaluate(config, str(workdir))
+    assert (workdir / experiment.TOKENIZER_FILE).exists()
+    assert (workdir / trainer.CONFIG_FILE).exists()
+    config.train.learning_rate *= 2  # The vocabulary does not depend on it.
+    with pytest.raises(_Stop):
+        trainer.train_and_evaluate(config, str(workdir))
+    config.tokenizer.vocab_size *= 2  # It does: learning again would spend privacy again.
+    with pytest.raises(ConfigError, match=r"fields differ: \['tokenizer.vocab_size'\]"):
+        trainer.train_and_evaluate(config, str(workdir))
+    config.tokenizer.vocab_size //= 2
+    # Once a session trained a step (its metrics may be out), every field binds.
+    (workdir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 5, "epsilon": 0.1}\n')
+    config.train.learning_rate *= 2
+    with pytest.raises(ConfigError, match=r"fields differ: \['train.learning_rate'\]"):
+        trainer.train_and_evaluate(config, str(workdir))
 
 
 def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
@@ -14,8 +166,14 @@ def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
 
 
 def test_decode_of_a_folder_without_a_run_is_refused(tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(InputError, match="config.json.*--zero_shot"):
         inference.load_run_config(str(tmp_path))
+
+
+def test_decode_without_a_checkpoint_names_the_real_flag(tmp_path):
+    with pytest.raises(InputError, match="--zero_shot") as error:
+        inference.restore_params(config_lib.base_config(), str(tmp_path), {})
+    assert "--pretrained" not in str(error.value)
 
 
 def test_saved_vocabulary_is_required_when_not_learning(tmp_path):

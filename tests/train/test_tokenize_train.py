@@ -64,6 +64,6 @@ def test_tokenize_train_does_not_bind_a_workdir(tmp_path):
     del record["data"]["tokenize_train"]  # A workdir from before the field existed.
     (tmp_path / trainer.CONFIG_FILE).write_text(json.dumps(record))
     trainer.check_workdir_config(str(tmp_path), config)
-    config.train.learning_rate *= 2
-    with pytest.raises(ValueError, match=r"fields differ: \['train.learning_rate'\]"):
+    config.tokenizer.vocab_size *= 2  # The vocabulary depends on it.
+    with pytest.raises(ValueError, match=r"fields differ: \['tokenizer.vocab_size'\]"):
         trainer.check_workdir_config(str(tmp_path), config)

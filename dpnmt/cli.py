@@ -1,0 +1,110 @@
+"""What every dpnmt app shares: config-field checks on the flags, one-line errors, quiet logs.
+
+`run(main)` replaces `absl.app.run(main)`: a `--config.<field>` naming no field
+fails in one line with the closest field; an `InputError` (a bad input the
+user fixes) prints as one line on stderr with exit status 2, without a
+traceback; any other exception keeps its traceback (it is a bug).
+"""
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from absl import app, flags
+from absl import logging as absl_logging
+
+from dpnmt import config_check
+from dpnmt.errors import InputError
+
+USAGE_EXIT_CODE = 2
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def program_name() -> str:
+    """The app's name for messages, e.g. "dpnmt.train"."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return spec.name if spec is not None and spec.name else os.path.basename(sys.argv[0])
+
+
+def fail(message: str) -> None:
+    """Prints `<app>: <message>` on stderr and exits with status 2."""
+    print(f"{program_name()}: {message}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_EXIT_CODE)
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception `error` was raised from (or while handling)."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+    """Parses flags as absl does; a bad `--config.<field>` fails in one line.
+
+    A field the config lacks is named with the closest field (from the base
+    config: `config_check.check_override_flags`); other errors in one line too.
+    """
+    try:
+        return flags.FLAGS(list(argv))
+    except Exception as error:  # noqa: BLE001 - any parse failure is the user's input.
+        problems = config_check.check_override_flags(argv[1:])
+        if problems:
+            fail("\n".join(problems))
+        root = _root_cause(error)
+        if root is not error and isinstance(root, (ValueError, InputError)):
+            first_line = str(error).strip().splitlines()[0].rstrip(":")
+            # E.g. an unknown :variant or a value of the wrong type, no traceback.
+            fail(first_line if str(root) in first_line else f"{first_line}: {root}")
+        if isinstance(error, flags.Error):
+            fail(f"{error}\nPass --helpfull to see help on flags.")
+        # ml_collections raises plain errors for a bad --config.<field>=<value>,
+        # a config file's own checks (an unknown :variant) raise ValueError.
+        fail(f"bad --config flag or config file: {type(error).__name__}: {error}")
+    return []  # Not reached.
+
+
+class _OwnInfoOnly(logging.Filter):
+    """Passes dpnmt's INFO lines and everyone's warnings; library INFO is DEBUG-only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING or absl_logging.get_verbosity() >= absl_logging.DEBUG:
+            return True
+        return os.path.abspath(record.pathname).startswith(_PACKAGE_DIR)
+
+
+def setup_logging(*, primary: bool = True) -> None:
+    """INFO from dpnmt (plan, progress, evaluations, where results went), WARNING from others.
+
+    Orbax, absl checkpoint internals and datasets log many INFO lines per
+    checkpoint; they show only with `--verbosity=1` (DEBUG). A process other than
+    the primary logs warnings only.
+    """
+    import datasets  # noqa: PLC0415 - heavy; only apps need it.
+
+    absl_logging.set_verbosity(absl_logging.INFO if primary else absl_logging.WARNING)
+    handler = absl_logging.get_absl_handler()
+    if not any(isinstance(f, _OwnInfoOnly) for f in handler.filters):
+        handler.addFilter(_OwnInfoOnly())
+    datasets.utils.logging.set_verbosity_warning()
+    datasets.disable_progress_bars()
+
+
+def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+    """`main` with quiet logs, and an `InputError` printed as one line (exit status 2)."""
+
+    def guarded(argv):
+        setup_logging()  # Before JAX starts logging; the app may narrow it.
+        try:
+            return main(argv)
+        except InputError as error:
+            fail(str(error))
+
+    return guarded
+
+
+def run(main: Callable[[list[str]], None], *, flags_parser=parse_flags) -> None:
+    """`absl.app.run(main)` with one-line errors for bad inputs (exit status 2)."""
+    app.run(guard(main), flags_parser=flags_parser)

@@ -1,0 +1,545 @@
+"""Validates a run's whole config (and its workdir) before anything is written or spent.
+
+Every problem is one line naming the field and the fix; `check_run` raises
+them all at once as a `ConfigError`. The checks need neither the model nor the
+vocabulary: the static ones read only the config and the file system, the
+size-dependent ones (L < N, a reachable target ε) the corpus text alone.
+"""
+
+import dataclasses
+import difflib
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import ml_collections
+
+from dpnmt import config_lib, core, privacy
+from dpnmt.data import corpora, languages, preprocess
+from dpnmt.errors import ConfigError, InputError
+
+CONFIG_FILE = "config.json"
+SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.grid.MANIFEST_FILE (not imported: flags).
+CHECKPOINT_DIR = "checkpoints"  # dpnmt.checkpointing.CHECKPOINT_DIR.
+TOKENIZER_FILE = "tokenizer.model"  # dpnmt.experiment.TOKENIZER_FILE.
+METRICS_FILE = "metrics.jsonl"  # dpnmt.trainer.MetricsWriter's file.
+
+TOKENIZER_KINDS = (
+    "pretrained",
+    "dp_sentencepiece",
+    "sentencepiece_public",
+    "sentencepiece_private",
+)
+# Every field whose value must be one of a fixed set, and that set.
+ENUM_FIELDS: dict[str, tuple[str, ...]] = {
+    "data.tokenize_train": ("auto", "upfront", "per_lot"),
+    "data.bsd_train_split": ("train", "dev"),
+    "tokenizer.kind": TOKENIZER_KINDS,
+    "tokenizer.model_type": ("unigram", "bpe"),
+    "model.family": preprocess.FAMILIES,
+    "dp.accountant": tuple(a.value for a in core.accounting.Accountant),
+    "dp.sampling": (privacy.POISSON, privacy.SHUFFLE),
+    "dp.clipping": core.clipping.CLIPPING_METHODS,
+    "train.optimizer": ("sgd", "adam", "adamw", "adafactor"),
+    "train.decay": ("constant", "linear", "cosine"),
+}
+# config.data field -> the corpus loader option it feeds (`corpora.CORPORA`).
+CORPUS_OPTION_FIELDS = {
+    "data.dir": "data_dir",
+    "data.validation_size": "validation_size",
+    "data.bsd_train_split": "train_split",
+}
+# A learnt vocabulary depends on these (prefixes end in "."): the train text
+# (corpus, pair, folder, carving, truncation to K pairs), how it is learnt, and
+# its noise seed (`experiment.build_tokenizer`). A workdir holding a vocabulary
+# but no checkpoint accepts a config that differs in other fields only.
+VOCABULARY_FIELDS = (
+    "data.corpus",
+    "data.pair",
+    "data.dir",
+    "data.validation_size",
+    "data.bsd_train_split",
+    "data.max_train_examples",
+    "tokenizer.",
+    "noise_seed",
+    "model.name_or_path",
+)
+# Fields a resumed run may change: they change how, not what, it trains (the
+# examples, N, lots and noise are the same).
+NOT_BINDING_FIELDS = frozenset({"data.tokenize_train"})
+
+
+def _get(config: ml_collections.ConfigDict, field: str) -> Any:
+    value = config
+    for part in field.split("."):
+        value = value[part]
+    return value
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_fields(config: ml_collections.ConfigDict | None = None) -> list[str]:
+    """Every leaf field of `config` (default: the base config), dotted."""
+    config = config_lib.base_config() if config is None else config
+    return sorted(flatten(config.to_dict()))
+
+
+def unknown_field_message(field: str, known: Iterable[str]) -> str:
+    """The line for an unknown field, with the closest known one (`no field dp.epsilon; ...`)."""
+    known = list(known)
+    close = difflib.get_close_matches(field, known, n=1, cutoff=0.5)
+    if not close:  # Same group, closest leaf name ("dp.epsilon" -> "dp.target_epsilon").
+        group, _, leaf = field.rpartition(".")
+        leaves = [k for k in known if k.rpartition(".")[0] == group]
+        by_leaf = [k for k in leaves if leaf and leaf in k.rpartition(".")[2]]
+        close = by_leaf[:1] or difflib.get_close_matches(field, leaves, n=1, cutoff=0.3)
+    hint = f"did you mean {close[0]}?" if close else "see dpnmt/config_lib.py for the fields."
+    return f"no field {field}; {hint}"
+
+
+def check_override_flags(argv: Iterable[str], known: Iterable[str] | None = None) -> list[str]:
+    """One line for each `--config.<field>` flag naming a field the config lacks.
+
+    Args:
+      argv: command-line arguments (`--config.dp.epsilon=1`, `--noconfig.x`, ...).
+      known: the config's fields (default: the base config's).
+
+    Returns:
+      Problems, one line each with the closest field; empty when all are known.
+    """
+    known = set(config_fields() if known is None else known)
+    problems = []
+    for arg in argv:
+        match = re.match(r"^--(?:no)?config\.([^=\s]+)", arg)
+        if match and match.group(1) not in known:
+            problems.append(
+                f"--config.{match.group(1)}: {unknown_field_message(match.group(1), known)}"
+            )
+    return problems
+
+
+def _enum_problems(config) -> list[str]:
+    problems = []
+    for field, allowed in ENUM_FIELDS.items():
+        value = _get(config, field)
+        if value is None and field == "data.bsd_train_split":
+            continue
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{field}={value!r} is unknown{hint}; use one of {list(allowed)}.")
+    return problems
+
+
+# (field, test, what it must be); None values (unset placeholders) are skipped.
+_RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("data.max_source_length", lambda v: v >= 1, ">= 1 (tokens per source)"),
+    ("data.max_target_length", lambda v: v >= 1, ">= 1 (tokens per target)"),
+    ("data.max_train_examples", lambda v: v >= 1, ">= 1 (or unset for all)"),
+    ("data.max_eval_examples", lambda v: v >= 1, ">= 1"),
+    ("data.max_test_examples", lambda v: v >= 1, ">= 1 (or unset for all)"),
+    ("data.validation_size", lambda v: v >= 1, ">= 1 (or unset)"),
+    ("tokenizer.vocab_size", lambda v: v >= 8, ">= 8 pieces"),
+    ("tokenizer.dp_max_words", lambda v: v >= 1, ">= 1"),
+    ("model.d_model", lambda v: v >= 1, ">= 1"),
+    ("model.d_kv", lambda v: v >= 1, ">= 1"),
+    ("model.d_ff", lambda v: v >= 1, ">= 1"),
+    ("model.num_layers", lambda v: v >= 1, ">= 1"),
+    ("model.num_decoder_layers", lambda v: v >= 1, ">= 1"),
+    ("model.num_heads", lambda v: v >= 1, ">= 1"),
+    ("model.dropout_rate", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("dp.clipping_chunk", lambda v: v >= 0, ">= 0 (0: the whole micro-batch at once)"),
+    ("train.expected_lot_size", lambda v: v >= 1, ">= 1 (L, examples per lot)"),
+    ("train.physical_batch_size", lambda v: v >= 1, ">= 1 (rows per micro-batch)"),
+    ("train.num_epochs", lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
+    ("train.learning_rate", lambda v: v > 0 and math.isfinite(v), "> 0"),
+    ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
+    ("train.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("train.eval_every_steps", lambda v: v >= 0, ">= 0 (0: only at the end)"),
+    ("train.early_stopping_patience", lambda v: v >= 0, ">= 0 (0: never stop early)"),
+    ("train.checkpoint_every_steps", lambda v: v >= 1, ">= 1"),
+    ("train.log_every_steps", lambda v: v >= 1, ">= 1"),
+    ("eval.num_beams", lambda v: v >= 1, ">= 1 (1: greedy)"),
+    ("eval.max_new_tokens", lambda v: v >= 1, ">= 1"),
+    ("eval.batch_size", lambda v: v >= 1, ">= 1"),
+)
+# Checked only for private runs (a non-private run has no clipping or noise).
+_PRIVATE_RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("dp.l2_clip", lambda v: v > 0 and math.isfinite(v), "> 0 (the clipping norm C)"),
+    ("dp.delta", lambda v: 0 < v < 1, "in (0, 1), e.g. 1e-8 (below 1/N)"),
+    ("dp.target_epsilon", lambda v: v > 0 and math.isfinite(v), "> 0"),
+    ("dp.noise_multiplier", lambda v: v > 0 and math.isfinite(v), "> 0 (or use :nonprivate)"),
+)
+_DP_VOCABULARY_RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("tokenizer.dp_noise_stddev", lambda v: v > 0 and math.isfinite(v), "> 0"),
+    ("tokenizer.dp_delta", lambda v: 0 < v < 1, "in (0, 1)"),
+)
+
+
+def _range_problems(config, ranges) -> list[str]:
+    problems = []
+    for field, test, must in ranges:
+        value = _get(config, field)
+        if value is None:
+            continue
+        try:
+            ok = bool(test(value))
+        except TypeError:
+            ok = False
+        if not ok:
+            problems.append(f"{field}={value!r} must be {must}.")
+    return problems
+
+
+def _looks_local(name_or_path: str) -> bool:
+    """A path, not a hub id ("org/name"): starts like a path or has two slashes."""
+    return name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
+
+
+def _model_problems(config) -> list[str]:
+    problems = []
+    name = config.model.name_or_path
+    if name is not None:
+        path = os.path.expanduser(name)
+        if _looks_local(name) and not os.path.isdir(path):
+            problems.append(
+                f"model.name_or_path={name!r}: no such folder; give a local folder holding "
+                "the model (config.json and weights) or a hub id such as 'google/t5-small'."
+            )
+    else:
+        if config.tokenizer.kind == "pretrained":
+            problems.append(
+                "tokenizer.kind='pretrained' needs model.name_or_path (a pretrained model); "
+                "set it, or use tokenizer.kind='dp_sentencepiece' for a model from scratch."
+            )
+        from dpnmt.models.config import T5Config  # noqa: PLC0415 - flax only when needed.
+
+        try:
+            T5Config(feed_forward_proj=config.model.feed_forward_proj)
+        except ValueError as error:
+            problems.append(f"model.{error}")
+    if config.model.trainable is not None:
+        try:
+            re.compile(config.model.trainable)
+        except re.error as error:
+            problems.append(
+                f"model.trainable={config.model.trainable!r} is not a regex ({error}); fix it."
+            )
+    return problems
+
+
+def _tokenizer_problems(config) -> list[str]:
+    kind = config.tokenizer.kind
+    problems = []
+    if kind == "dp_sentencepiece":
+        problems += _range_problems(config, _DP_VOCABULARY_RANGES)
+    if kind == "sentencepiece_public":
+        paths = list(config.tokenizer.public_text_paths)
+        if not paths:
+            problems.append(
+                "tokenizer.kind='sentencepiece_public' needs tokenizer.public_text_paths "
+                "(public text files to learn the vocabulary from)."
+            )
+        problems += [
+            f"tokenizer.public_text_paths: {p} does not exist; fix the path."
+            for p in paths
+            if not os.path.isfile(p)
+        ]
+    if kind == "sentencepiece_private" and not config.tokenizer.private_data_ok:
+        problems.append(
+            "tokenizer.kind='sentencepiece_private' learns the vocabulary from private data "
+            "WITHOUT DP: set tokenizer.private_data_ok=True to accept that, or use "
+            "dp_sentencepiece."
+        )
+    return problems
+
+
+def corpus_options(config) -> dict[str, Any]:
+    """The corpus loader's keyword options from `config.data` (unset fields left out)."""
+    options = {}
+    for field, option in CORPUS_OPTION_FIELDS.items():
+        value = _get(config, field)
+        if value is not None:
+            options[option] = value
+    return options
+
+
+def _data_problems(config) -> list[str]:
+    problems = []
+    try:
+        languages.parse_pair(config.data.pair)
+    except ValueError as error:
+        problems.append(f"data.pair={config.data.pair!r}: {error}")
+    try:
+        accepted = corpora.accepted_options(config.data.corpus)
+    except InputError as error:
+        return [*problems, str(error)]
+    for field, option in CORPUS_OPTION_FIELDS.items():
+        value = _get(config, field)
+        if value is not None and option not in accepted:
+            takes = [f for f, o in CORPUS_OPTION_FIELDS.items() if o in accepted]
+            problems.append(
+                f"{field}={value!r}: corpus {config.data.corpus!r} does not use it (it takes "
+                f"{takes or 'none of the data options'}); unset it."
+            )
+    if config.data.dir is not None and not os.path.isdir(config.data.dir):
+        problems.append(
+            f"data.dir={config.data.dir!r} is not a folder; give the corpus folder (or the data "
+            f"root holding it), or unset it to use ${corpora.DATA_DIR_ENV} or the download."
+        )
+    corpus, argument = corpora.lookup(config.data.corpus)
+    if corpus.name == "files" and not os.path.isdir(argument):
+        problems.append(
+            f"data.corpus={config.data.corpus!r}: folder {argument} does not exist; give a "
+            "folder of train/validation/test files (README: 'Your own data and model')."
+        )
+    return problems
+
+
+def _privacy_problems(config) -> list[str]:
+    if not config.dp.enabled:
+        return []
+    problems = _range_problems(config, _PRIVATE_RANGES)
+    if config.dp.target_epsilon is None and config.dp.noise_multiplier is None:
+        problems.append(
+            "A private run needs dp.target_epsilon (σ is calibrated) or dp.noise_multiplier "
+            "(ε is reported); set one, or use the :nonprivate variant."
+        )
+    return problems
+
+
+def _device_problems(config, device_count: int) -> list[str]:
+    b = config.train.physical_batch_size
+    if isinstance(b, int) and b >= 1 and b % device_count:
+        fix = max(1, round(b / device_count)) * device_count
+        return [
+            f"train.physical_batch_size={b} must be a multiple of the {device_count} devices; "
+            f"use e.g. {fix}."
+        ]
+    return []
+
+
+def config_problems(
+    config: ml_collections.ConfigDict, *, device_count: int | None = None
+) -> list[str]:
+    """Every problem of `config` found without reading the corpus, one line each.
+
+    Args:
+      config: the resolved experiment config.
+      device_count: devices the batch is split over (default `jax.device_count()`).
+
+    Returns:
+      Problems naming the field and the fix; empty when none.
+    """
+    device_count = jax.device_count() if device_count is None else device_count
+    return [
+        *_enum_problems(config),
+        *_range_problems(config, _RANGES),
+        *_privacy_problems(config),
+        *_tokenizer_problems(config),
+        *_model_problems(config),
+        *_data_problems(config),
+        *_device_problems(config, device_count),
+    ]
+
+
+def _trained(workdir: str) -> bool:
+    """Whether a session trained at least one step here (metrics logged after step 0)."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        for line in f:
+            try:
+                if json.loads(line).get("step", 0) > 0:
+                    return True
+            except (json.JSONDecodeError, AttributeError):
+                return True  # Unreadable: assume the worst.
+    return False
+
+
+def _is_bound(workdir: str) -> tuple[bool, bool]:
+    """(bound in every field, holds a learnt vocabulary).
+
+    Every field binds once a checkpoint exists, or once a session trained
+    (metrics after step 0 may be published, and the noise seed in private/ is
+    reused by a rerun: a different config would be a second, unaccounted use).
+    """
+    checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
+    has_checkpoint = os.path.isdir(checkpoints) and bool(os.listdir(checkpoints))
+    fully = has_checkpoint or _trained(workdir)
+    return fully, os.path.exists(os.path.join(workdir, TOKENIZER_FILE))
+
+
+def _depends_vocabulary(field: str) -> bool:
+    return any(field == f or (f.endswith(".") and field.startswith(f)) for f in VOCABULARY_FIELDS)
+
+
+def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str]:
+    """Fields in which `config` differs from the run `workdir` is bound to.
+
+    A workdir is bound once it holds a checkpoint or trained a step (every
+    field but `NOT_BINDING_FIELDS` counts), or a learnt vocabulary only (only
+    `VOCABULARY_FIELDS` count: nothing else has been spent or released yet).
+
+    Returns:
+      The differing fields, sorted; empty when unbound or the same.
+    """
+    path = os.path.join(workdir, CONFIG_FILE)
+    fully_bound, has_vocabulary = _is_bound(workdir)
+    if not os.path.exists(path) or not (fully_bound or has_vocabulary):
+        return []
+    with open(path) as f:
+        previous = flatten(json.load(f))
+    current = flatten(json.loads(config.to_json_best_effort()))
+    changed = sorted(
+        (previous.keys() ^ current.keys())
+        | {k for k, v in current.items() if previous.get(k, v) != v}
+    )
+    changed = [k for k in changed if k not in NOT_BINDING_FIELDS]
+    if not fully_bound:
+        changed = [k for k in changed if _depends_vocabulary(k)]
+    return changed
+
+
+def workdir_problems(
+    workdir: str | None, config: ml_collections.ConfigDict | None = None
+) -> list[str]:
+    """Problems of a train workdir: unset, a file, a sweep folder, unwritable, bound elsewhere."""
+    if not workdir:
+        return ["--workdir is required: the run's output folder."]
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        return [f"--workdir={workdir} is a file; give a folder."]
+    if os.path.exists(os.path.join(workdir, SWEEP_MANIFEST_FILE)):
+        return [
+            f"--workdir={workdir} is a sweep folder (it holds {SWEEP_MANIFEST_FILE}); train in a "
+            "new folder, or rerun the sweep (python -m dpnmt.sweep) to resume its runs."
+        ]
+    existing = workdir
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing.rstrip(os.sep)) or "."
+    if not os.access(existing, os.W_OK):
+        return [f"--workdir={workdir} is not writable ({existing}); choose another folder."]
+    if config is not None:
+        changed = binding_changes(workdir, config)
+        if changed:
+            return [
+                f"--workdir={workdir} holds a run with a different config (fields differ: "
+                f"{changed}); use a new --workdir, or the same values to resume."
+            ]
+    return []
+
+
+def sweep_workdir_problems(workdir: str) -> list[str]:
+    """Problems of a sweep folder: it must not be a training run's workdir."""
+    held = [
+        n
+        for n in (CONFIG_FILE, CHECKPOINT_DIR, TOKENIZER_FILE)
+        if os.path.exists(os.path.join(workdir, n))
+    ]
+    if held and not os.path.exists(os.path.join(workdir, SWEEP_MANIFEST_FILE)):
+        return [
+            f"--workdir={workdir} holds a training run ({', '.join(held)}), not a sweep; give "
+            "the sweep a folder of its own."
+        ]
+    return []
+
+
+def raise_problems(problems: list[str]) -> None:
+    """Raises them as one `ConfigError`, one per line (nothing when empty)."""
+    if problems:
+        if len(problems) == 1:
+            raise ConfigError(problems[0])
+        raise ConfigError(f"{len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def check_static(config: ml_collections.ConfigDict, workdir: str | None) -> None:
+    """Raises every problem of `config` and `workdir` found without reading the corpus."""
+    raise_problems([*config_problems(config), *workdir_problems(workdir, config)])
+
+
+def kept_pairs(train, pair: str) -> int:
+    """N: train pairs `preprocess` keeps (neither side empty), from the text alone."""
+    direction = languages.parse_pair(pair)
+    kept = 0
+    for batch in train.iter(batch_size=10_000):
+        sources = [t[direction.source] for t in batch["translation"]]
+        targets = [t[direction.target] for t in batch["translation"]]
+        source_empty, target_empty = preprocess.empty_sides(sources, targets)
+        kept += sum(not (s or t) for s, t in zip(source_empty, target_empty, strict=True))
+    return kept
+
+
+def size_problems(config: ml_collections.ConfigDict, dataset_size: int) -> list[str]:
+    """Problems that need N: the lot size below N, a reachable target ε.
+
+    Reachability is one accountant evaluation at the largest σ the calibration
+    tries (the run calibrates σ itself, once).
+    """
+    dp = ml_collections.ConfigDict(config.dp.to_dict())
+    calibrate = dp.enabled and dp.noise_multiplier is None and dp.target_epsilon is not None
+    if calibrate:
+        dp.noise_multiplier = 1.0  # Stand-in: the plan's L, N, q and T do not depend on σ.
+    try:
+        plan = privacy.plan_privacy(dp, config.train, dataset_size)
+    except ValueError as error:
+        return [str(error)]
+    if not calibrate:
+        return []
+    largest = core.accounting._MAX_NOISE_MULTIPLIER  # noqa: SLF001 - the calibration's range.
+    reached = dataclasses.replace(plan, noise_multiplier=largest).epsilon_after(plan.num_steps)
+    if reached > dp.target_epsilon:
+        return [
+            f"dp.target_epsilon={dp.target_epsilon:g} is unreachable: even σ={largest:g} gives "
+            f"ε={reached:.4g} (N={dataset_size}, q={plan.sampling_rate:.4g}, "
+            f"T={plan.num_steps}, {plan.sampling}); raise dp.target_epsilon or dp.delta, or "
+            "lower train.num_epochs."
+        ]
+    return []
+
+
+def check_run(
+    config: ml_collections.ConfigDict,
+    workdir: str | None,
+    *,
+    load_corpus: Callable[[ml_collections.ConfigDict], Any],
+    corpus_transform: Callable[[Any], Any] | None = None,
+) -> None:
+    """Validates a training run completely before it writes a file or spends privacy.
+
+    First the config and workdir alone (`check_static`), then, from the corpus
+    text (reading it writes nothing), what needs N: L < N and a reachable ε.
+
+    Args:
+      config: the resolved experiment config.
+      workdir: the run's folder (need not exist).
+      load_corpus: `config -> DatasetDict` (`experiment.load_corpus`).
+      corpus_transform: as for `trainer.train_and_evaluate`.
+
+    Raises:
+      ConfigError: every problem found, one line each.
+      InputError: the corpus cannot be loaded (missing files, offline hub, ...).
+    """
+    check_static(config, workdir)
+    logging.disable(logging.INFO)  # The run loads it again and logs that.
+    try:
+        corpus = load_corpus(config)
+    finally:
+        logging.disable(logging.NOTSET)
+    if corpus_transform is not None:
+        corpus = corpus_transform(corpus)
+    raise_problems(size_problems(config, kept_pairs(corpus["train"], config.data.pair)))

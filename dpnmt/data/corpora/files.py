@@ -1,0 +1,87 @@
+"""`files:<folder>`: a user's own parallel text, one file (or a file per language) a split.
+
+Each split is ONE of, by file stem (train; validation|valid|dev|val; test):
+  * `<stem>.tsv`: tab-separated, its FIRST line a header naming the two language
+    codes (e.g. `de<TAB>en`, either order); one pair a line after it.
+  * `<stem>.jsonl`: one JSON object a line with both codes as keys
+    (`{"de": "...", "en": "..."}`; other keys ignored).
+  * `<stem>.<src>` + `<stem>.<tgt>`: line-aligned plain text, one sentence a line.
+Several formats for one split are an error. Without a validation file,
+`validation_size` pairs are carved off the end of train.
+"""
+
+import dataclasses
+import os
+
+import datasets
+
+from dpnmt.data.corpora.common import (
+    SPLIT_FILE_STEMS,
+    SPLITS,
+    carve_validation_split,
+    languages_in_folder,
+    make_corpus,
+    read_local_split,
+)
+from dpnmt.data.languages import LanguagePair, parse_pair
+from dpnmt.errors import MissingInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesOptions:
+    """Options of `files:<folder>` (the folder is in the corpus name, not data.dir).
+
+    Attributes:
+      validation_size: when the folder has no validation file, carve this many
+        pairs off the end of train; None makes a missing validation file an error.
+    """
+
+    validation_size: int | None = None
+
+
+def load_files(
+    path: str, pair: str | LanguagePair, *, validation_size: int | None = None
+) -> datasets.DatasetDict:
+    """Loads a user's local folder of parallel files (formats: the module docstring).
+
+    Args:
+      path: the folder.
+      pair: direction, e.g. "de-en".
+      validation_size: see `FilesOptions`.
+
+    Returns:
+      DatasetDict with train/validation/test.
+
+    Raises:
+      MissingInputError: the folder or a split's file is missing.
+      ConfigError: malformed lines (file and line named), wrong pair, empty split.
+    """
+    pair = parse_pair(pair)
+    if not os.path.isdir(path):
+        raise MissingInputError(
+            f"files: folder {path} does not exist; give a folder holding train/validation/"
+            "test files (.tsv, .jsonl, or one file per language like train.de + train.en)."
+        )
+    languages = languages_in_folder(path)
+    splits, origins = {}, {}
+    for split in SPLITS:
+        found = read_local_split(path, split, pair)
+        if found is None:
+            if split == "validation" and validation_size is not None:
+                continue
+            wrong_pair = (
+                f" Text files there are in languages {languages}; is the pair right?"
+                if languages and not pair.languages <= set(languages)
+                else ""
+            )
+            carve_hint = " Or set data.validation_size=N to carve it from train."
+            raise MissingInputError(
+                f"No {split} file in {path}: expected one of "
+                f"{[f'{s}.tsv' for s in SPLIT_FILE_STEMS[split]]}, .jsonl, or "
+                f"{SPLIT_FILE_STEMS[split][0]}.{pair.source} + {SPLIT_FILE_STEMS[split][0]}."
+                f"{pair.target}.{wrong_pair}" + (carve_hint if split == "validation" else "")
+            )
+        splits[split], origins[split] = found
+    if "validation" not in splits:
+        carve_validation_split(splits, origins, validation_size)
+    return make_corpus(pair, splits, origins)

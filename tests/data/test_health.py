@@ -1,0 +1,54 @@
+"""Warnings about data choices that silently hurt a run."""
+
+import datasets
+
+from dpnmt.data import health
+from dpnmt.data.preprocess import PreprocessStats, SplitStats
+
+
+def _stats(kept: int, source_truncated: int | None, target_truncated: int | None):
+    return SplitStats(kept, kept, 0, 0, 0, source_truncated, target_truncated)
+
+
+def _lengths(source, target):
+    return datasets.Dataset.from_dict({"source_full_length": source, "target_full_length": target})
+
+
+def test_smaller_vocabulary_than_asked_is_named_with_the_fix():
+    warning = health.vocabulary_warning(1000, 559, "dp_sentencepiece")
+    assert "559 pieces, not the 1,000 asked (tokenizer.vocab_size)" in warning
+    assert "tokenizer.dp_noise_stddev" in warning
+    assert health.vocabulary_warning(1000, 1000, "dp_sentencepiece") is None
+
+
+def test_truncation_suggests_a_length_from_validation_only():
+    stats = PreprocessStats(
+        splits={"train": _stats(9500, 7691, 100), "validation": _stats(100, 80, 1)},
+        source_prefix="",
+        max_source_length=64,
+        max_target_length=64,
+        tokenizer_fingerprint="x",
+    )
+    tokenized = datasets.DatasetDict(
+        {
+            # The private train split's lengths must not enter the suggestion.
+            "train": _lengths([10_000] * 4, [10_000] * 4),
+            "validation": _lengths(list(range(1, 101)), [5] * 100),
+        }
+    )
+    warnings = health.truncation_warnings(stats, tokenized)
+    assert len(warnings) == 1  # 100 of 9,500 targets cut: below the threshold.
+    assert warnings[0].startswith("7,691 of 9,500 training sources are longer than")
+    assert "data.max_source_length=64" in warnings[0]
+    assert "--config.data.max_source_length=95" in warnings[0]  # p95 of 1..100.
+
+
+def test_per_lot_tokenization_has_no_counts_and_no_warning():
+    stats = PreprocessStats(
+        splits={"train": _stats(10, None, None)},
+        source_prefix="",
+        max_source_length=4,
+        max_target_length=4,
+        tokenizer_fingerprint="x",
+    )
+    assert health.truncation_warnings(stats, datasets.DatasetDict()) == []
