@@ -77,9 +77,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.tokenize_train = "auto"  # auto: per_lot on several processes, else upfront.
 
     c.tokenizer = ml_collections.ConfigDict()
+    # auto: pretrained when model.name_or_path is set, else dp_sentencepiece |
     # pretrained (the model's own) | dp_sentencepiece | sentencepiece_public |
     # sentencepiece_private (only with private_data_ok: NOT covered by the guarantee).
-    c.tokenizer.kind = "dp_sentencepiece"  # How the vocabulary is made (above).
+    c.tokenizer.kind = "auto"  # How the vocabulary is made (above).
     c.tokenizer.vocab_size = 1000  # SentencePiece vocabulary size (pieces).
     c.tokenizer.model_type = "unigram"  # SentencePiece algorithm: unigram | bpe.
     c.tokenizer.public_text_paths = ()  # sentencepiece_public: public text files.

@@ -65,6 +65,25 @@ def _mbart_langs(config) -> tuple[str | None, str | None]:
     return mbart_codes(pair)
 
 
+def tokenizer_kind(config: ml_collections.ConfigDict) -> str:
+    """`tokenizer.kind` resolved: "auto" is the model's own tokenizer for a pretrained model.
+
+    Raises:
+      ValueError: a learnt vocabulary asked for a pretrained model.
+    """
+    kind, name = config.tokenizer.kind, config.model.name_or_path
+    if kind == "auto":
+        return "pretrained" if name is not None else "dp_sentencepiece"
+    if name is not None and kind != "pretrained":
+        raise ValueError(
+            f"tokenizer.kind={kind!r} with model.name_or_path={name!r}: a pretrained model's "
+            "embedding rows belong to its own vocabulary, so a new vocabulary would give them "
+            "other meanings. Use tokenizer.kind=pretrained (or auto), or unset "
+            "model.name_or_path to train from scratch with your own vocabulary."
+        )
+    return kind
+
+
 def build_tokenizer(
     config: ml_collections.ConfigDict,
     corpus: datasets.DatasetDict,
@@ -89,7 +108,7 @@ def build_tokenizer(
     Returns:
       (tokenizer, record of how the vocabulary was made).
     """
-    kind = config.tokenizer.kind
+    kind = tokenizer_kind(config)
     src_lang, tgt_lang = _mbart_langs(config)
     if kind == "pretrained":
         if config.model.name_or_path is None:
@@ -134,7 +153,7 @@ def build_tokenizer(
         )
     else:
         raise ValueError(
-            f"tokenizer.kind={kind!r} is unknown; use pretrained, dp_sentencepiece, "
+            f"tokenizer.kind={kind!r} is unknown; use auto, pretrained, dp_sentencepiece, "
             "sentencepiece_public or sentencepiece_private."
         )
     os.makedirs(workdir, exist_ok=True)

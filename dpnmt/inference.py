@@ -56,7 +56,9 @@ def decode_and_score(
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
     corpus = experiment.load_corpus(config)
-    if zero_shot and (config.model.name_or_path is None or config.tokenizer.kind != "pretrained"):
+    if zero_shot and (
+        config.model.name_or_path is None or experiment.tokenizer_kind(config) != "pretrained"
+    ):
         raise ValueError("A zero-shot baseline needs a pretrained model and its tokenizer.")
     # Reloads the run's saved vocabulary: never learns one again.
     tokenizer, vocabulary = experiment.build_tokenizer(
