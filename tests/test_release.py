@@ -117,15 +117,14 @@ def test_translate_keeps_lines_and_equals_transformers_greedy(run, tmp_path):
     assert np.asarray(tokens).shape[0] == 3
 
 
-def test_apps_refuse_a_folder_without_a_run(tmp_path):
-    for args in (
-        ["dpnmt.export", f"--workdir={tmp_path}", f"--out={tmp_path / 'x'}"],
-        ["dpnmt.translate", f"--workdir={tmp_path}"],
-    ):
-        result = _app(*args, stdin="")
-        assert result.returncode != 0
-        assert "no finished or checkpointed training run" in result.stderr
+def test_a_folder_without_a_run_is_refused(tmp_path):
+    result = _app("dpnmt.export", f"--workdir={tmp_path}", f"--out={tmp_path / 'x'}")
+    assert result.returncode != 0
+    assert "no finished or checkpointed training run" in result.stderr
     assert not (tmp_path / "x").exists()
+    (tmp_path / "config.json").write_text("{}")  # A config but no checkpoint yet.
+    with pytest.raises(FileNotFoundError, match="no finished or checkpointed training run"):
+        release.load_translator(workdir=str(tmp_path))
 
 
 def test_translate_lines_sends_only_non_blank_lines(monkeypatch):
