@@ -104,9 +104,16 @@ def test_translate_keeps_lines_and_equals_transformers_greedy(run, tmp_path):
     assert again == lines
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(out)).eval()
-    prefix = json.loads((out / "dpnmt.json").read_text())["source_prefix"]
-    texts = [prefix + SOURCES[i] for i in (0, 2, 4)]
-    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    settings = json.loads((out / "dpnmt.json").read_text())
+    texts = [settings["source_prefix"] + SOURCES[i] for i in (0, 2, 4)]
+    # dpnmt truncates sources to max_source_length tokens, eos kept: so does this.
+    batch = tokenizer(
+        texts,
+        return_tensors="pt",
+        padding=True,
+        truncation=True,
+        max_length=settings["max_source_length"],
+    )
     with torch.no_grad():
         tokens = model.generate(**batch, max_new_tokens=MAX_NEW, do_sample=False, num_beams=1)
     # Same tokens, read with the run's SentencePiece model: a near-random model emits
