@@ -30,6 +30,7 @@ TOKENIZER_FILE = "tokenizer.model"  # dpnmt.experiment.TOKENIZER_FILE.
 METRICS_FILE = "metrics.jsonl"  # dpnmt.trainer.MetricsWriter's file.
 
 TOKENIZER_KINDS = (
+    "auto",
     "pretrained",
     "dp_sentencepiece",
     "sentencepiece_public",
@@ -44,7 +45,7 @@ ENUM_FIELDS: dict[str, tuple[str, ...]] = {
     "model.family": preprocess.FAMILIES,
     "dp.accountant": tuple(a.value for a in core.accounting.Accountant),
     "dp.sampling": (privacy.POISSON, privacy.SHUFFLE),
-    "dp.clipping": core.clipping.CLIPPING_METHODS,
+    "dp.clipping": core.private_grad.CLIPPING_METHODS,
     "train.optimizer": ("sgd", "adam", "adamw", "adafactor"),
     "train.decay": ("constant", "linear", "cosine"),
 }
@@ -243,7 +244,12 @@ def _model_problems(config) -> list[str]:
 
 
 def _tokenizer_problems(config) -> list[str]:
-    kind = config.tokenizer.kind
+    if config.tokenizer.kind not in TOKENIZER_KINDS:
+        return []  # Named by the enum check.
+    try:
+        kind = config_lib.tokenizer_kind(config)
+    except ConfigError as error:
+        return [str(error)]
     problems = []
     if kind == "dp_sentencepiece":
         problems += _range_problems(config, _DP_VOCABULARY_RANGES)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 import ml_collections
 from ml_collections import config_dict
 
+from dpnmt.errors import ConfigError
+
 # Privacy variants: target ε of DP-SGD (None = non-private training).
 PRIVACY_VARIANTS: dict[str, float | None] = {
     "eps1": 1.0,
@@ -79,9 +81,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.tokenize_train = "auto"  # auto: per_lot on several processes, else upfront.
 
     c.tokenizer = ml_collections.ConfigDict()
+    # auto: pretrained when model.name_or_path is set, else dp_sentencepiece |
     # pretrained (the model's own) | dp_sentencepiece | sentencepiece_public |
     # sentencepiece_private (only with private_data_ok: NOT covered by the guarantee).
-    c.tokenizer.kind = "dp_sentencepiece"  # How the vocabulary is made (above).
+    c.tokenizer.kind = "auto"  # How the vocabulary is made (above).
     c.tokenizer.vocab_size = 1000  # SentencePiece vocabulary size (pieces).
     c.tokenizer.model_type = "unigram"  # SentencePiece algorithm: unigram | bpe.
     c.tokenizer.public_text_paths = ()  # sentencepiece_public: public text files.
@@ -165,3 +168,22 @@ def make_config(
     config.dp.target_epsilon = target
     config.dp.sampling = sampling or ("poisson" if target is not None else "shuffle")
     return config
+
+
+def tokenizer_kind(config: ml_collections.ConfigDict) -> str:
+    """`tokenizer.kind` resolved: "auto" is the model's own tokenizer for a pretrained model.
+
+    Raises:
+      ConfigError: a learnt vocabulary asked for a pretrained model.
+    """
+    kind, name = config.tokenizer.kind, config.model.name_or_path
+    if kind == "auto":
+        return "pretrained" if name is not None else "dp_sentencepiece"
+    if name is not None and kind != "pretrained":
+        raise ConfigError(
+            f"tokenizer.kind={kind!r} with model.name_or_path={name!r}: a pretrained model's "
+            "embedding rows belong to its own vocabulary, so a new vocabulary would give them "
+            "other meanings. Use tokenizer.kind=pretrained (or auto), or unset "
+            "model.name_or_path to train from scratch with your own vocabulary."
+        )
+    return kind

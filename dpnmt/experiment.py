@@ -14,7 +14,7 @@ import datasets
 import jax
 import ml_collections
 
-from dpnmt import config_check, models
+from dpnmt import config_check, config_lib, models
 from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
@@ -84,7 +84,7 @@ def build_tokenizer(
     Returns:
       (tokenizer, record of how the vocabulary was made).
     """
-    kind = config.tokenizer.kind
+    kind = config_lib.tokenizer_kind(config)
     src_lang, tgt_lang = _mbart_langs(config)
     if kind == "pretrained":
         if config.model.name_or_path is None:
@@ -129,7 +129,7 @@ def build_tokenizer(
         )
     else:
         raise ValueError(
-            f"tokenizer.kind={kind!r} is unknown; use pretrained, dp_sentencepiece, "
+            f"tokenizer.kind={kind!r} is unknown; use auto, pretrained, dp_sentencepiece, "
             "sentencepiece_public or sentencepiece_private."
         )
     health.log_warnings(

@@ -13,7 +13,7 @@ import os
 import jax
 import ml_collections
 
-from dpnmt import bridge, checkpointing, experiment, models, privacy, trainer
+from dpnmt import bridge, checkpointing, config_lib, experiment, models, privacy, trainer
 from dpnmt.data import tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
 
@@ -79,10 +79,12 @@ def decode_and_score(
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
     corpus = experiment.load_corpus(config)
-    if zero_shot and (config.model.name_or_path is None or config.tokenizer.kind != "pretrained"):
+    if zero_shot and (
+        config.model.name_or_path is None or config_lib.tokenizer_kind(config) != "pretrained"
+    ):
         raise ConfigError(
             "--zero_shot needs a pretrained model and its tokenizer: set "
-            "model.name_or_path and tokenizer.kind='pretrained' in --config."
+            "model.name_or_path in --config (tokenizer.kind auto or 'pretrained')."
         )
     # Reloads the run's saved vocabulary: never learns one again.
     tokenizer, vocabulary = experiment.build_tokenizer(

@@ -1,8 +1,9 @@
 """Hugging Face PyTorch state dict -> Flax parameter pytree.
 
 The mapping is derived from our own parameter tree: every Flax leaf names the
-one Hugging Face weight it comes from. A weight the checkpoint lacks, or a
-checkpoint weight nothing consumes, is an error that lists the names.
+one Hugging Face weight it comes from (`hf_name`). A weight the checkpoint lacks,
+or a checkpoint weight nothing consumes, is an error that lists the names.
+`dpnmt.models.export` inverts it with the same `hf_name` and `tied_names`.
 """
 
 from __future__ import annotations
@@ -121,7 +122,20 @@ def _mbart_name(path: tuple[str, ...]) -> tuple[str, bool]:
     raise KeyError(f"no Hugging Face name for mBART parameter {'/'.join(path)}")
 
 
-def _aliases(config: ModelConfig) -> tuple[str, list[str], list[str]]:
+def hf_name(config: ModelConfig, path: tuple[str, ...]) -> tuple[str, bool]:
+    """The Hugging Face weight name of a Flax leaf, and whether the array is transposed.
+
+    Args:
+        config: The architecture (T5 family or mBART).
+        path: The leaf's path in the params tree, e.g. ("shared", "embedding").
+
+    Returns:
+        (name, transposed): e.g. ("shared.weight", False); kernels are transposed.
+    """
+    return (_t5_name if isinstance(config, T5Config) else _mbart_name)(path)
+
+
+def tied_names(config: ModelConfig) -> tuple[str, list[str], list[str]]:
     """(shared name, names that must equal it if present, names silently ignored)."""
     if isinstance(config, T5Config):
         shared = "shared.weight"
@@ -139,7 +153,7 @@ def _aliases(config: ModelConfig) -> tuple[str, list[str], list[str]]:
 
 def has_untied_lm_head(state_dict: Mapping[str, Any], config: ModelConfig) -> bool:
     """Whether the checkpoint's `lm_head.weight` exists and differs from the embedding."""
-    shared, _, _ = _aliases(config)
+    shared, _, _ = tied_names(config)
     if "lm_head.weight" not in state_dict or shared not in state_dict:
         return False
     return not np.array_equal(to_numpy(state_dict["lm_head.weight"]), to_numpy(state_dict[shared]))
@@ -164,12 +178,11 @@ def convert_state_dict(state_dict: Mapping[str, Any], config: ModelConfig) -> ch
     """
     model = factory.create_model(config)
     expected = traverse_util.flatten_dict(factory.abstract_params(model))
-    name_of = _t5_name if isinstance(config, T5Config) else _mbart_name
-    shared, aliases, ignored = _aliases(config)
+    shared, aliases, ignored = tied_names(config)
     missing, shape_errors, consumed = [], [], set()
     flat = {}
     for path, struct in expected.items():
-        name, transpose = name_of(path)
+        name, transpose = hf_name(config, path)
         if name not in state_dict:
             if name == "final_logits_bias":  # a zero buffer HF also treats as optional
                 flat[path] = np.zeros(struct.shape, np.float32)

@@ -270,8 +270,18 @@ class MBartForConditionalGeneration(nn.Module):
             )
 
     def _embed_tokens(self, ids: chex.Array) -> chex.Array:
+        """[batch, len, d_model] scaled token embeddings; the pad row's lookup gets no gradient.
+
+        As transformers' `nn.Embedding(padding_idx=pad)`: the values are kept, but
+        looking up the pad token never updates its row (the tied output projection
+        still does). The stop-gradient acts on the `nn.Embed` output, so ghost
+        clipping, which reads that output's gradient, stays exact.
+        """
         scale = math.sqrt(self.config.d_model) if self.config.scale_embedding else 1.0
-        return self.shared(ids) * scale
+        embedded = self.shared(ids)
+        is_pad = (ids == self.config.pad_token_id)[..., None]
+        embedded = jnp.where(is_pad, jax.lax.stop_gradient(embedded), embedded)
+        return embedded * scale
 
     def __call__(
         self,

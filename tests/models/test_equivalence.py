@@ -101,3 +101,52 @@ def test_dropout_uses_the_callers_key(kind):
     assert not np.allclose(train_a, apply(key_b, False))
     np.testing.assert_array_equal(apply(key_a, True), apply(key_b, True))
     assert not np.allclose(train_a, apply(key_a, True))
+
+
+def _pad_inside_batch(pad_id: int):
+    """Ids with the pad token at attended positions (mask 1), so its lookup matters."""
+    ids, _, dec, _ = hf_models.padded_batch(seed=3, batch=2, src_len=6, tgt_len=5)
+    ids[:, 2], dec[:, 3] = pad_id, pad_id
+    return ids, np.ones_like(ids), dec, np.ones_like(dec)
+
+
+def test_mbart_embedding_gradient_matches_pytorch_padding_idx():
+    # transformers' nn.Embedding(padding_idx=pad) gives the pad row's lookup no
+    # gradient; only the tied output projection updates that row.
+    hf = hf_models.hf_model("mbart")
+    _, model, params = hf_models.convert_model(hf)
+    ids, mask, dec, dec_mask = _pad_inside_batch(hf.config.pad_token_id)
+    weights = np.random.default_rng(0).normal(size=(2, 5, hf_models.VOCAB)).astype(np.float32)
+    hf.zero_grad()
+    logits = hf(
+        input_ids=torch.tensor(ids),
+        attention_mask=torch.tensor(mask),
+        decoder_input_ids=torch.tensor(dec),
+        decoder_attention_mask=torch.tensor(dec_mask),
+    ).logits
+    (logits * torch.tensor(weights)).sum().backward()
+    expected = hf.model.shared.weight.grad.numpy()
+
+    def loss(p):
+        out = model.apply({"params": p}, *map(jnp.asarray, (ids, mask, dec, dec_mask)))
+        return jnp.sum(out * weights)
+
+    grads = jax.grad(loss)(jax.tree.map(jnp.asarray, params))
+    np.testing.assert_allclose(grads["shared"]["embedding"], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_mbart_pad_row_lookup_gets_exactly_zero_gradient():
+    hf = hf_models.hf_model("mbart")
+    config, _, params = hf_models.convert_model(hf)
+    untied = dataclasses.replace(config, tie_word_embeddings=False)
+    model = type(hf_models.convert_model(hf)[1])(untied)
+    params = dict(params, lm_head={"kernel": np.asarray(params["shared"]["embedding"]).T})
+    ids, mask, dec, dec_mask = _pad_inside_batch(config.pad_token_id)
+
+    def loss(p):
+        out = model.apply({"params": p}, *map(jnp.asarray, (ids, mask, dec, dec_mask)))
+        return jnp.sum(out**2)
+
+    grads = jax.grad(loss)(jax.tree.map(jnp.asarray, params))["shared"]["embedding"]
+    assert np.all(np.asarray(grads[config.pad_token_id]) == 0.0)
+    assert np.any(np.asarray(grads[ids[0, 0]]) != 0.0)  # Other rows do learn.

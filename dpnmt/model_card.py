@@ -1,0 +1,177 @@
+"""The model card (README.md) of an exported model: privacy report, data, scores.
+
+Pure: it renders what the run published (its config and `results.json`, or the
+checkpoint's privacy report for an unfinished run) and nothing from `private/`.
+Keys are read defensively: whatever of a known key is present is printed, and
+keys it does not know are listed as they are, so a newer `results.json` is
+never silently cut.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# Privacy-report keys this card explains; any others are printed after them.
+_PRIVACY_KEYS = {
+    "private": "DP-SGD applied",
+    "total_epsilon": "total ε (DP-SGD + vocabulary)",
+    "total_delta": "total δ",
+    "dp_sgd_epsilon": "DP-SGD ε",
+    "dp_sgd_delta": "DP-SGD δ",
+    "bound": "bound ε comes from",
+    "sampling": "lot sampling",
+    "epsilon_if_poisson_NOT_A_GUARANTEE": "ε if lots had been Poisson (NOT a guarantee)",
+    "noise_multiplier": "noise multiplier σ",
+    "l2_clip": "clipping norm C",
+    "expected_lot_size": "expected lot size L",
+    "sampling_rate": "sampling rate q",
+    "dataset_size": "training pairs N",
+    "steps_done": "steps done",
+    "steps_planned": "steps planned",
+    "composition": "composition",
+    "validation_is_private": "validation data protected",
+    "assumed_public": "assumed public",
+}
+# Never printed, even if a future results.json carried them.
+_SECRET_KEYS = ("seed", "noise_seed", "lot_sizes", "train_loss")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return "∞" if math.isinf(value) else f"{value:.6g}"
+    if isinstance(value, (dict, list, tuple)):
+        return "`" + json.dumps(value, default=str) + "`"
+    return str(value)
+
+
+def _is_secret(key: str) -> bool:
+    return any(secret in key for secret in _SECRET_KEYS)
+
+
+def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
+    lines = ["## Privacy", ""]
+    if not privacy.get("private", False):
+        lines += [
+            "**This model was trained WITHOUT differential privacy**: no privacy guarantee "
+            "covers its training data.",
+            "",
+        ]
+    lines += ["| | |", "|---|---|"]
+    for key, label in _PRIVACY_KEYS.items():
+        if key in privacy:
+            lines.append(f"| {label} (`{key}`) | {_value(privacy[key])} |")
+    vocabulary = privacy.get("vocabulary") or {}
+    for key, value in vocabulary.items():
+        lines.append(f"| vocabulary {key} | {_value(value)} |")
+    for key, value in privacy.items():
+        if key not in _PRIVACY_KEYS and key != "vocabulary" and not _is_secret(key):
+            lines.append(f"| `{key}` | {_value(value)} |")
+    bound = privacy.get("bound", "")
+    lines += [
+        "",
+        "**What the guarantee covers.** (ε, δ)-DP for adding or removing one training "
+        "sentence pair, for the model's weights: DP-SGD (per-example clipping, Gaussian "
+        f"noise once per lot, the accountant's ε for the sampling that ran: {bound or 'see above'}"
+        "), composed with the vocabulary's ε when it was learnt with DP-SentencePiece. "
+        "A vocabulary learnt from the private data without DP voids it (total ε = ∞).",
+        "",
+        "**What it does not cover.** The validation data (it drives evaluation and early "
+        "stopping; publish only validation data you may publish); the training-set size N "
+        "and other counts, assumed public; the hyper-parameter search (each configuration "
+        "tried spends privacy that this ε does not count); a pretrained starting model's own "
+        "training data. Shuffled lots give only the no-amplification bound; a figure marked "
+        "NOT_A_GUARANTEE is no guarantee.",
+    ]
+    return lines
+
+
+def _scores_section(results: Mapping[str, Any] | None) -> list[str]:
+    lines = ["## Scores", ""]
+    if not results or not results.get("finished"):
+        return lines + ["The run is not finished: no test scores yet (checkpoint export)."]
+    for split in ("test", "validation"):
+        scores = results.get(split)
+        if not isinstance(scores, Mapping):
+            continue
+        lines.append(f"**{split}**")
+        lines.append("")
+        for key, value in scores.items():
+            if not _is_secret(key) and not isinstance(value, Mapping):
+                lines.append(f"- {key}: {_value(value)}")
+        bertscore = scores.get("bertscore")
+        if isinstance(bertscore, Mapping):
+            lines.append(f"- bertscore: {_value(dict(bertscore))}")
+        lines.append("")
+    note = results.get("validation_note")
+    if note:
+        lines.append(f"_{note}_")
+    return lines
+
+
+def render(
+    config: Mapping[str, Any],
+    privacy: Mapping[str, Any],
+    results: Mapping[str, Any] | None,
+    *,
+    steps_done: int,
+) -> str:
+    """The model card's Markdown.
+
+    Args:
+        config: The run's resolved config (`config.json`), as a dict.
+        privacy: The privacy report (`results.json["privacy"]`, or
+            `trainer.privacy_report` of the checkpoint for an unfinished run).
+        results: The run's `results.json`, or None before it is finished.
+        steps_done: DP-SGD steps of the exported parameters.
+
+    Returns:
+        README.md text.
+    """
+    data, model = config.get("data", {}), config.get("model", {})
+    pair = data.get("pair", "?")
+    base = model.get("name_or_path") or "none (trained from scratch)"
+    epsilon = privacy.get("total_epsilon")
+    title = f"# dpnmt translation model ({pair})"
+    summary = (
+        f"Trained with dpnmt (JAX/Flax DP-SGD) and exported to "
+        f"transformers. Base model: {base}. Steps: {steps_done}. "
+        + (
+            f"Privacy: ε = {_value(epsilon)}, δ = {_value(privacy.get('total_delta'))}."
+            if privacy.get("private")
+            else "Not differentially private."
+        )
+    )
+    lines = [title, "", summary, ""]
+    lines += _privacy_section(privacy)
+    lines += [
+        "",
+        "## Data",
+        "",
+        f"- corpus: {data.get('corpus', '?')}, direction {pair}",
+        f"- max source / target tokens: {data.get('max_source_length')} / "
+        f"{data.get('max_target_length')}",
+        f"- vocabulary: {config.get('tokenizer', {}).get('kind', '?')}",
+    ]
+    if data.get("max_train_examples") is not None:
+        lines.append(f"- first {data['max_train_examples']} training pairs kept")
+    lines += [""] + _scores_section(results)
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+        'tokenizer = AutoTokenizer.from_pretrained("THIS_DIR")',
+        'model = AutoModelForSeq2SeqLM.from_pretrained("THIS_DIR")',
+        "ids = tokenizer([PREFIX + sentence], return_tensors='pt')",
+        "print(tokenizer.batch_decode(model.generate(**ids), skip_special_tokens=True))",
+        "```",
+        "",
+        "`PREFIX` is the `source_prefix` in `dpnmt.json` (e.g. T5's task prefix). Or: "
+        "`python -m dpnmt.translate --model=THIS_DIR --input=in.txt`.",
+        "",
+    ]
+    return "\n".join(lines)

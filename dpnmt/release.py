@@ -1,0 +1,210 @@
+"""A trained run -> a self-contained transformers folder, and back to a translator.
+
+`export_run` writes what `python -m dpnmt.export` promises: the model
+(`config.json`, `model.safetensors`, `generation_config.json`), the tokenizer
+(`AutoTokenizer` loads it), `dpnmt.json` (the public decoding settings: source
+prefix, languages, lengths) and the model card `README.md`. It reads the run's
+`config.json`, `results.json`, vocabulary and latest checkpoint, never `private/`.
+`load_translator` opens either a run or such a folder for `dpnmt.translate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import ml_collections
+
+from dpnmt import checkpointing, experiment, inference, model_card, trainer
+from dpnmt.data import hf_tokenizer, tokenizers
+from dpnmt.data.languages import mbart_codes, parse_pair
+from dpnmt.data.preprocess import family_source_prefix
+
+SETTINGS_FILE = "dpnmt.json"
+CARD_FILE = "README.md"
+
+
+def require_trained_run(workdir: str) -> None:
+    """Raises one clear error unless `workdir` holds a finished or checkpointed run."""
+    config_path = os.path.join(workdir, trainer.CONFIG_FILE)
+    checkpoints = os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
+    has_step = os.path.isdir(checkpoints) and any(
+        name.isdigit() for name in os.listdir(checkpoints)
+    )
+    if not os.path.isfile(config_path) or not has_step:
+        raise FileNotFoundError(
+            f"{workdir} holds no finished or checkpointed training run (needs "
+            f"{trainer.CONFIG_FILE} and a step in {checkpointing.CHECKPOINT_DIR}/): train first "
+            "with python -m dpnmt.train, or pass the run's folder."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Translator:
+    """What translating text needs: model, params, tokenizer and public settings.
+
+    Attributes:
+        model: The Flax module.
+        params: Its parameters.
+        model_config: Its T5Config / MBartConfig (token ids for generation).
+        tokenizer: Encodes sources, decodes outputs.
+        source_prefix: Text put before every source (T5's task prefix, or "").
+        max_source_length: Source tokens per sentence (longer ones are truncated).
+    """
+
+    model: Any
+    params: Any
+    model_config: Any
+    tokenizer: tokenizers.Tokenizer
+    source_prefix: str
+    max_source_length: int
+
+
+def _settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The public decoding settings of a run, as written to `dpnmt.json`."""
+    pair = parse_pair(config.data.pair)
+    src_lang, tgt_lang = mbart_codes(pair) if config.model.family == "mbart" else (None, None)
+    return {
+        "pair": config.data.pair,
+        "family": config.model.family,
+        "source_prefix": family_source_prefix(
+            config.model.family, pair, config.model.source_prefix
+        ),
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "max_source_length": config.data.max_source_length,
+        "max_new_tokens": config.eval.max_new_tokens,
+        "num_beams": config.eval.num_beams,
+    }
+
+
+def load_translator(*, workdir: str | None = None, model_dir: str | None = None) -> Translator:
+    """A run's latest checkpoint (`workdir`) or an exported folder (`model_dir`).
+
+    Raises:
+        ValueError: Neither or both given.
+        FileNotFoundError: `workdir` holds no finished or checkpointed run.
+    """
+    if (workdir is None) == (model_dir is None):
+        raise ValueError("Give exactly one of --workdir (a training run) or --model (an export).")
+    if workdir is not None:
+        require_trained_run(workdir)
+        config = inference.load_run_config(workdir)
+        tokenizer, model, model_config, params, _, _ = inference.load_trained(config, workdir)
+        settings = _settings(config)
+    else:
+        from dpnmt import models
+
+        settings = {}
+        path = os.path.join(model_dir, SETTINGS_FILE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                settings = json.load(f)
+        model, params, hf = models.load_pretrained(model_dir)
+        if hf is None:
+            raise FileNotFoundError(f"{model_dir} has no tokenizer files; export it again.")
+        tokenizer = tokenizers.HFTokenizer(
+            hf, src_lang=settings.get("src_lang"), tgt_lang=settings.get("tgt_lang")
+        )
+        model_config = model.config
+    return Translator(
+        model=model,
+        params=params,
+        model_config=model_config,
+        tokenizer=tokenizer,
+        source_prefix=settings.get("source_prefix") or "",
+        max_source_length=settings.get("max_source_length") or 512,
+    )
+
+
+def _read_results(workdir: str) -> dict | None:
+    path = os.path.join(workdir, trainer.RESULTS_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def export_run(workdir: str, out_dir: str) -> str:
+    """Writes the run's model, tokenizer, settings and model card into `out_dir`.
+
+    Args:
+        workdir: A training run's folder with a checkpoint (finished or not).
+        out_dir: A new or empty folder.
+
+    Returns:
+        The model card's text.
+
+    Raises:
+        FileNotFoundError: No finished or checkpointed run in `workdir`.
+        FileExistsError: `out_dir` is not empty.
+    """
+    from dpnmt.models import export
+
+    require_trained_run(workdir)
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        raise FileExistsError(f"--out={out_dir} is not empty; give a new or empty folder.")
+    config = inference.load_run_config(workdir)
+    tokenizer, vocabulary = experiment.build_tokenizer(
+        config, None, workdir, noise_seed=None, learn=False
+    )
+    _, _, model_config, params, plan, steps_done = inference.load_trained(config, workdir)
+    results = _read_results(workdir)
+    if results is not None and results.get("finished") and "privacy" in results:
+        privacy = results["privacy"]
+    else:  # Checkpoint only: the report for the steps it holds.
+        privacy = trainer.privacy_report(plan, steps_done, vocabulary)
+    export.save_pretrained(params, model_config, out_dir)
+    hf_tokenizer.save_tokenizer(tokenizer, out_dir)
+    with open(os.path.join(out_dir, SETTINGS_FILE), "w") as f:
+        json.dump(_settings(config), f, indent=2)
+    card = model_card.render(config.to_dict(), privacy, results, steps_done=steps_done)
+    with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:
+        f.write(card)
+    return card
+
+
+def translate_lines(
+    translator: Translator,
+    lines: list[str],
+    *,
+    batch_size: int,
+    num_beams: int,
+    max_new_tokens: int,
+    show_progress: bool | None = None,
+) -> list[str]:
+    """One translation per line; an empty (or blank) line gives an empty line.
+
+    Args:
+        translator: From `load_translator`.
+        lines: [num_lines] source sentences.
+        batch_size: Sentences per generate call.
+        num_beams: 1 for greedy, else beam search.
+        max_new_tokens: Generated tokens per sentence.
+        show_progress: tqdm bar (None: when there is more than one batch).
+
+    Returns:
+        [num_lines] translations, each on one line (line breaks joined by spaces).
+    """
+    from dpnmt import evaluation
+    from dpnmt.models import decoding
+
+    gen = decoding.from_model_config(translator.model_config, max_new_tokens, num_beams=num_beams)
+    keep = [i for i, line in enumerate(lines) if line.strip()]
+    outputs = evaluation.translate(
+        translator.model,
+        translator.params,
+        translator.tokenizer,
+        [lines[i] for i in keep],
+        gen=gen,
+        batch_size=batch_size,
+        max_source_length=translator.max_source_length,
+        source_prefix=translator.source_prefix,
+        show_progress=show_progress,
+    )
+    translations = [""] * len(lines)
+    for index, text in zip(keep, outputs, strict=True):
+        translations[index] = " ".join(text.splitlines())
+    return translations

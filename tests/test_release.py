@@ -1,0 +1,154 @@
+"""Export a tiny trained run to transformers and translate own text with it.
+
+One module fixture trains a 2-step DP run (eps8, DP-SentencePiece vocabulary) on
+the WMT sample; the tests export it, load it back in transformers, and
+translate a file with `dpnmt.translate`.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from dpnmt import release, trainer
+from dpnmt.data import tokenizers
+from tests.markers import needs_data
+from tests.train.test_end_to_end import small_config
+
+pytestmark = [pytest.mark.slow, needs_data]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_NEW = 8
+SOURCES = ["Ein Hund läuft über die Wiese.", "", "Das ist gut.", "  ", "Wir haben es geschafft."]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(workdir, export dir, card) of a finished 2-step run."""
+    workdir = tmp_path_factory.mktemp("run")
+    config = small_config("eps8")
+    config.data.max_train_examples = 96
+    config.data.max_eval_examples = config.data.max_test_examples = 4
+    config.model.d_model, config.model.d_ff, config.model.d_kv = 32, 64, 8
+    config.eval.max_new_tokens = MAX_NEW
+    # Near its random init, with an untied head (T5 v1.1 layout): diverse outputs
+    # (a random tied T5 v1.0 repeats its decoder-start token, pad, which decodes to "").
+    config.model.feed_forward_proj = "gated-gelu"
+    config.train.learning_rate = 1e-7
+    trainer.train_and_evaluate(config, str(workdir))
+    out = tmp_path_factory.mktemp("export") / "model"
+    card = release.export_run(str(workdir), str(out))
+    return workdir, out, card
+
+
+def _app(*args, stdin=None):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        input=stdin,
+        timeout=600,
+    )
+
+
+def test_export_writes_a_transformers_folder_and_a_model_card(run):
+    workdir, out, card = run
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "generation_config.json", "README.md"} <= names
+    assert {"spiece.model", "tokenizer.json", "dpnmt.json"} <= names
+    results = json.loads((workdir / "results.json").read_text())
+    privacy = results["privacy"]
+    assert f"{privacy['total_epsilon']:.6g}" in card and f"{privacy['dp_sgd_delta']:.6g}" in card
+    assert privacy["sampling"] in card and results["test"]["bleu_signature"] in card
+    assert "does not cover" in card and "validation data" in card and "hyper-parameter" in card
+    private_dir = workdir / "private"
+    for path in private_dir.rglob("*"):  # Nothing from private/ reaches the card.
+        if path.is_file() and path.stat().st_size < 10_000:
+            for value in json.loads(path.read_text()).values() if path.suffix == ".json" else []:
+                if isinstance(value, int) and value > 10**6:
+                    assert str(value) not in card
+    # Same ids from the run's tokenizer and AutoTokenizer on the test split.
+    ours = tokenizers.SentencePieceTokenizer.load(str(workdir / "tokenizer.model"))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(out))
+    texts = [line for line in SOURCES if line.strip()] + [
+        r["de"]
+        for r in release.experiment.load_corpus(small_config("eps8"))["test"]["translation"][:300]
+    ]
+    assert ours.encode(texts) == theirs(texts)["input_ids"]
+
+
+def test_translate_keeps_lines_and_equals_transformers_greedy(run, tmp_path):
+    workdir, out, _ = run
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    target = tmp_path / "out.txt"
+    flags = [f"--input={source}", f"--output={target}", f"--max_length={MAX_NEW}", "--batch_size=2"]
+    result = _app("dpnmt.translate", f"--workdir={workdir}", *flags)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = target.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == len(SOURCES)
+    assert lines[1] == lines[3] == "" and all(lines[i] for i in (0, 2, 4))
+
+    # The exported folder gives the same lines, in dpnmt and in transformers.
+    translator = release.load_translator(model_dir=str(out))
+    again = release.translate_lines(
+        translator, SOURCES, batch_size=2, num_beams=1, max_new_tokens=MAX_NEW
+    )
+    assert again == lines
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(out)).eval()
+    settings = json.loads((out / "dpnmt.json").read_text())
+    texts = [settings["source_prefix"] + SOURCES[i] for i in (0, 2, 4)]
+    # dpnmt truncates sources to max_source_length tokens, eos kept: so does this.
+    batch = tokenizer(
+        texts,
+        return_tensors="pt",
+        padding=True,
+        truncation=True,
+        max_length=settings["max_source_length"],
+    )
+    with torch.no_grad():
+        tokens = model.generate(**batch, max_new_tokens=MAX_NEW, do_sample=False, num_beams=1)
+    # Same tokens, read with the run's SentencePiece model: a near-random model emits
+    # invalid UTF-8 byte runs, which the two libraries replace differently.
+    run_tokenizer = tokenizers.SentencePieceTokenizer.load(str(workdir / "tokenizer.model"))
+    expected = run_tokenizer.decode(tokens[:, 1:].tolist())
+    assert [lines[i] for i in (0, 2, 4)] == expected
+    assert np.asarray(tokens).shape[0] == 3
+
+
+def test_a_folder_without_a_run_is_refused(tmp_path):
+    result = _app("dpnmt.export", f"--workdir={tmp_path}", f"--out={tmp_path / 'x'}")
+    assert result.returncode != 0
+    assert "no finished or checkpointed training run" in result.stderr
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "config.json").write_text("{}")  # A config but no checkpoint yet.
+    with pytest.raises(FileNotFoundError, match="no finished or checkpointed training run"):
+        release.load_translator(workdir=str(tmp_path))
+
+
+def test_translate_lines_sends_only_non_blank_lines(monkeypatch):
+    sent = []
+
+    def fake_translate(model, params, tokenizer, sources, **kwargs):
+        sent.extend(sources)
+        return [f"<{s}>\nnext" for s in sources]
+
+    monkeypatch.setattr("dpnmt.evaluation.translate", fake_translate)
+    config = small_config("eps8")
+    from dpnmt import models
+
+    model_config = models.T5Config(vocab_size=8, d_model=4, d_kv=2, d_ff=4, num_layers=1)
+    translator = release.Translator(None, None, model_config, None, "", 16)
+    out = release.translate_lines(
+        translator, ["a", "", " ", "b"], batch_size=2, num_beams=1, max_new_tokens=4
+    )
+    assert sent == ["a", "b"] and out == ["<a> next", "", "", "<b> next"]
+    del config
