@@ -308,9 +308,10 @@ def _data_problems(config) -> list[str]:
             f"root holding it), or unset it to use ${corpora.DATA_DIR_ENV} or the download."
         )
     corpus, argument = corpora.lookup(config.data.corpus)
-    if corpus.name == "files" and not os.path.isdir(argument):
+    if corpus.name == "files" and not os.path.isdir(corpora.files.resolve_folder(argument)):
         problems.append(
-            f"data.corpus={config.data.corpus!r}: folder {argument} does not exist; give a "
+            f"data.corpus={config.data.corpus!r}: folder {argument} does not exist here or "
+            f"under ${corpora.DATA_DIR_ENV}; give a "
             "folder of train/validation/test files (README: 'Your own data and model')."
         )
     return problems

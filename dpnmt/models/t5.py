@@ -332,8 +332,13 @@ class T5ForConditionalGeneration(nn.Module):
         self.encoder = T5Stack(cfg, is_decoder=False)
         self.decoder = T5Stack(cfg, is_decoder=True)
         if not cfg.tie_word_embeddings:
+            # std d_model^-0.5 (fan-in, as t5x's logits layer): the final
+            # RMS-normed states have unit scale, so std 1 would give logits
+            # of std sqrt(d_model) and an initial loss of ~d_model/2 nats.
             self.lm_head = nn.Dense(
-                cfg.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(1.0)
+                cfg.vocab_size,
+                use_bias=False,
+                kernel_init=nn.initializers.normal(cfg.d_model**-0.5),
             )
 
     def __call__(

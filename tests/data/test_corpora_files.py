@@ -247,3 +247,17 @@ def test_hub_fallback_names_the_data_dir_variable_and_what_it_holds(tmp_path, mo
     message = str(error.value)
     assert f"$DPNMT_DATA_DIR={tmp_path} holds ['bsd_ja_en']" in message
     assert "wmt16_de_en or wmt_sample_de_en" in message
+
+
+def test_relative_folder_is_read_under_the_data_root(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    (root / "mine").mkdir(parents=True)
+    for split in ("train", "validation", "test"):
+        _write_parallel(root / "mine", split, [("ein hund", "a dog"), ("eine katze", "a cat")])
+    monkeypatch.chdir(tmp_path)  # No ./mine here.
+    monkeypatch.setenv(corpora.DATA_DIR_ENV, str(root))
+    corpus = corpora.load_corpus("files:mine", "de-en")
+    assert corpus["train"].num_rows == 2
+    monkeypatch.delenv(corpora.DATA_DIR_ENV)
+    with pytest.raises(InputError, match="under \\$DPNMT_DATA_DIR"):
+        corpora.load_corpus("files:mine", "de-en")

@@ -16,6 +16,7 @@ import os
 import datasets
 
 from dpnmt.data.corpora.common import (
+    DATA_DIR_ENV,
     SPLIT_FILE_STEMS,
     SPLITS,
     carve_validation_split,
@@ -39,13 +40,28 @@ class FilesOptions:
     validation_size: int | None = None
 
 
+def resolve_folder(path: str) -> str:
+    """The folder `files:<path>` names: `path` itself, else `$DPNMT_DATA_DIR/<path>`.
+
+    A relative name that is no folder here is looked up under the data root, so
+    a config can say `files:multi30k` and stay independent of where the offline
+    corpora live. Returns `path` unchanged when neither exists.
+    """
+    root = os.environ.get(DATA_DIR_ENV)
+    if os.path.isdir(path) or os.path.isabs(path) or not root:
+        return path
+    under_root = os.path.join(root, path)
+    return under_root if os.path.isdir(under_root) else path
+
+
 def load_files(
     path: str, pair: str | LanguagePair, *, validation_size: int | None = None
 ) -> datasets.DatasetDict:
     """Loads a user's local folder of parallel files (formats: the module docstring).
 
     Args:
-      path: the folder.
+      path: the folder (a relative one not found here is read under
+        `$DPNMT_DATA_DIR`, see `resolve_folder`).
       pair: direction, e.g. "de-en".
       validation_size: see `FilesOptions`.
 
@@ -57,9 +73,10 @@ def load_files(
       ConfigError: malformed lines (file and line named), wrong pair, empty split.
     """
     pair = parse_pair(pair)
+    path = resolve_folder(path)
     if not os.path.isdir(path):
         raise MissingInputError(
-            f"files: folder {path} does not exist; give a folder holding train/validation/"
+            f"files: folder {path} does not exist (here or under ${DATA_DIR_ENV}); give a folder holding train/validation/"
             "test files (.tsv, .jsonl, or one file per language like train.de + train.en)."
         )
     languages = languages_in_folder(path)
