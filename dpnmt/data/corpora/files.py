@@ -76,8 +76,9 @@ def load_files(
     path = resolve_folder(path)
     if not os.path.isdir(path):
         raise MissingInputError(
-            f"files: folder {path} does not exist (here or under ${DATA_DIR_ENV}); give a folder holding train/validation/"
-            "test files (.tsv, .jsonl, or one file per language like train.de + train.en)."
+            f"files: folder {path} does not exist (here or under ${DATA_DIR_ENV}); give a "
+            "folder holding train/validation/test files (.tsv, .jsonl, or one file per "
+            "language like train.de + train.en)."
         )
     languages = languages_in_folder(path)
     splits, origins = {}, {}
