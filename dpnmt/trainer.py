@@ -211,6 +211,11 @@ def privacy_report(
     if analytic is not None:  # The classical formula can understate ε above 1.
         vocab_epsilon = max(vocab_epsilon, analytic)
     if plan.private and not plan.seed_is_secret:
+        # What the run would claim with a secret seed: for tests to check the accounting.
+        as_if_secret = dataclasses.replace(plan, seed_is_secret=True)
+        report["epsilon_if_seed_were_secret_NOT_A_GUARANTEE"] = as_if_secret.epsilon_after(
+            plan.num_steps
+        )
         report["total_epsilon"] = math.inf
         report["composition"] = (
             f"{config_lib.FIXED_SEED_NOTE} (config.{config_lib.FIXED_SEED_SWITCH}: tests only)"

@@ -34,7 +34,6 @@ PHYSICAL_BATCH_SIZE = 8
 DATASET = random_pairs(100, seed=5)
 
 
-
 def make_dp_lot_step(loss_fn, mesh, *, l2_clip, noise_multiplier, expected_lot_size):
     """The training step (`training.make_lot_step`) with a key-free per-example loss."""
     return training.make_lot_step(
@@ -43,6 +42,7 @@ def make_dp_lot_step(loss_fn, mesh, *, l2_clip, noise_multiplier, expected_lot_s
         training.StepPrivacy(True, l2_clip, noise_multiplier, expected_lot_size),
         mesh,
     )
+
 
 def loss_fn(params, example):
     valid = (jnp.arange(MAX_SOURCE_LENGTH) < example["input_length"]).astype(jnp.float32)

@@ -38,7 +38,6 @@ DATASET = random_pairs(100, seed=2)
 COLLATE = LotCollator(DATASET.field_specs())
 
 
-
 def make_dp_lot_step(loss_fn, mesh, *, l2_clip, noise_multiplier, expected_lot_size):
     """The training step (`training.make_lot_step`) with a key-free per-example loss."""
     return training.make_lot_step(
@@ -47,6 +46,7 @@ def make_dp_lot_step(loss_fn, mesh, *, l2_clip, noise_multiplier, expected_lot_s
         training.StepPrivacy(True, l2_clip, noise_multiplier, expected_lot_size),
         mesh,
     )
+
 
 def loss_fn(params, example):
     """Squared error of a mean-pooled embedding; depends on this example only."""
