@@ -12,11 +12,13 @@ DPNMT_* environment variables; under SLURM, `srun` sets everything). See
 `dpnmt.distributed`.
 """
 
+import sys
+
 import datasets
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from dpnmt import distributed, trainer
+from dpnmt import config_lib, distributed, trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -48,6 +50,10 @@ def main(argv):
     """Runs `trainer.train_and_evaluate` with the flags' config and workdir."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:  # Refused in one line, before anything is written or started.
+        config_lib.check_noise_seed(_CONFIG.value)
+    except ValueError as error:
+        sys.exit(f"dpnmt.train: {error}")
     launch = distributed.resolve_launch(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     distributed.initialize(
         launch,
