@@ -1,10 +1,11 @@
 """Orbax checkpoints of a training run: arrays, plus JSON metadata for the rest.
 
-A checkpoint holds the trainable params, optimizer state and accumulated
-state as arrays, and as JSON: the step, the sampler state (so the remaining lot
-sequence is the one an uninterrupted run would draw), the noise seed (so the
-noise key sequence continues), the privacy ledger and the early-stopping state.
-It is private: the noise seed must never be published.
+A checkpoint holds the trainable params and optimizer state as arrays, and as
+JSON the step, the privacy plan, the history, the early-stopping state and a
+random run id (independent of the seed) that ties it to the workdir's
+`private/` records. The secret seed and the sampler state live only in
+`private/` (`dpnmt.trainer`): a checkpoint holds nothing derived from them and
+may be published.
 """
 
 import os

@@ -80,7 +80,7 @@ def test_poisson_run_reports_fields_and_an_epsilon_dp_accounting_confirms(poisso
     whole, _, results, _, _ = poisson_runs
     on_disk = json.loads((whole / "results.json").read_text())
     report = on_disk["privacy"]
-    assert report["sampling"] == "poisson" and "Poisson-sampled" in report["bound"]
+    assert report["sampling"] == "poisson" and "add/remove" in report["adjacency"]
     assert report["steps_done"] == report["steps_planned"] == round(600 / 48)
     assert report["sampling_rate"] == pytest.approx(48 / report["dataset_size"])
     assert claimed(report) == pytest.approx(independent_poisson_epsilon(report), rel=1e-9)
@@ -144,7 +144,7 @@ def test_decode_without_checkpoint_is_a_clear_error(tmp_path):
 def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
     results = trainer.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
     report = results["privacy"]
-    assert report["sampling"] == "shuffle" and "without amplification" in report["bound"]
+    assert report["sampling"] == "shuffle" and "replace one" in report["adjacency"]
     assert report["steps_done"] == 600 // 48  # One epoch of full lots.
     gaussian = dp_accounting.get_epsilon_gaussian(
         report["noise_multiplier"], report["dp_sgd_delta"]
