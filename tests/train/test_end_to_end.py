@@ -93,7 +93,7 @@ def test_poisson_run_reports_fields_and_an_epsilon_dp_accounting_confirms(poisso
     for key in ("bleu", "bleu_signature", "chrf", "num_sentences"):
         assert key in on_disk["test"]
     assert on_disk["test"]["num_sentences"] == 16
-    assert "noise_seed" not in json.dumps(on_disk)
+    assert '"noise_seed"' not in json.dumps(on_disk)  # No seed field (the switch's name is).
     # The seed stays in private/: the published config.json has none.
     assert json.loads((whole / "config.json").read_text())["noise_seed"] is None
     assert (whole / "private" / "noise_seed").read_text() == "7"
