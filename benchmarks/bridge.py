@@ -48,9 +48,13 @@ def timed_map(function, inputs):
 def time_dp_step(dataset, lot_microbatches, mesh, lot_size):
     """Seconds for one DP lot gradient of a random T5-small over `lot_microbatches`."""
     import jax.numpy as jnp  # noqa: PLC0415
+    import optax  # noqa: PLC0415
 
-    from dpnmt import models  # noqa: PLC0415 - optional: only with --with_dp_step
-    from dpnmt.bridge import dp_lot_gradient, make_dp_lot_step, replicated_sharding  # noqa: PLC0415
+    from dpnmt import (
+        models,  # noqa: PLC0415 - optional: only with --with_dp_step
+        training,  # noqa: PLC0415
+    )
+    from dpnmt.bridge import replicated_sharding  # noqa: PLC0415
 
     config = models.T5Config(dropout_rate=0.0, pad_token_id=dataset.pad_id)
     model = models.create_model(config)
@@ -75,14 +79,18 @@ def time_dp_step(dataset, lot_microbatches, mesh, lot_size):
         nll = -jnp.take_along_axis(log_probs, example["labels"][:, None], axis=-1)[:, 0]
         return jnp.sum(nll * target_mask) / jnp.maximum(jnp.sum(target_mask), 1)
 
-    step = make_dp_lot_step(
-        loss_fn, mesh, l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=lot_size
+    step = training.make_lot_step(  # The step dpnmt.train runs.
+        lambda p, example, _: loss_fn(p, example),
+        optax.identity(),
+        training.StepPrivacy(True, 1.0, 1.0, lot_size),
+        mesh,
     )
+    gradient = training.lot_gradient
     jax.block_until_ready(
-        dp_lot_gradient(step, params, lot_microbatches[:1], jax.random.key(1))
+        gradient(step, params, lot_microbatches[:1], jax.random.key(1))
     )  # compile
     start = time.perf_counter()
-    jax.block_until_ready(dp_lot_gradient(step, params, lot_microbatches, jax.random.key(2)))
+    jax.block_until_ready(gradient(step, params, lot_microbatches, jax.random.key(2)))
     return time.perf_counter() - start
 
 

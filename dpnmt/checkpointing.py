@@ -1,12 +1,11 @@
 """Orbax checkpoints of a training run: arrays, plus JSON metadata for the rest.
 
-A checkpoint holds, as arrays, the trainable params and the optimizer state;
-as JSON, the step (and steps done), the privacy plan, the evaluation history,
-the early-stopping state and only a SHA-256 hash of the secret noise seed (so
-a resume can check it has the right seed without the checkpoint holding it).
-The seed itself and the lot sampler's state per checkpoint (lot membership is
-private) live in the run's `private/` folder, written by `dpnmt.trainer`, never
-here: the checkpoint folder may be published with the run.
+A checkpoint holds the trainable params and optimizer state as arrays, and as
+JSON the step, the privacy plan, the history, the early-stopping state and a
+random run id (independent of the seed) that ties it to the workdir's
+`private/` records. The secret seed and the sampler state live only in
+`private/` (`dpnmt.trainer`): a checkpoint holds nothing derived from them and
+may be published.
 """
 
 import os

@@ -8,6 +8,7 @@ target ε, sampling variants the lot sampling. Unknown variants fail, listing th
 valid ones.
 """
 
+import copy
 from collections.abc import Callable
 
 import ml_collections
@@ -61,8 +62,13 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.variant = ""  # The `:variant` string this config was built from (record only).
     c.seed = 0  # Public seed: parameter init and dropout. Lots come from the private seed.
-    # Noise seed: None draws one from the OS (release runs); an int is for tests only.
-    c.noise_seed = config_dict.placeholder(int)  # Private; see the line above.
+    # Secret seed of the noise, lots and vocabulary noise. None (always, for a
+    # private run) draws 128 bits from the OS into workdir/private/. An int is
+    # refused for a private run unless the switch below is on: anyone holding it
+    # rebuilds every noise draw (true ε = ∞).
+    c.noise_seed = config_dict.placeholder(int)  # Never published (kept in private/).
+    # Tests only: allow a fixed noise_seed in a private run; every report then says ε = ∞.
+    c.testing_only_fixed_noise_seed_NO_PRIVACY = False
 
     c.data = ml_collections.ConfigDict()
     c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
@@ -144,6 +150,45 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.bertscore = False  # Also score BERTScore on the test split.
     c.eval.bertscore_model = config_dict.placeholder(str)  # None: offline MiniLM package.
     return c
+
+
+FIXED_SEED_SWITCH = "testing_only_fixed_noise_seed_NO_PRIVACY"
+FIXED_SEED_NOTE = "fixed seed: no guarantee"
+
+
+def check_noise_seed(config: ml_collections.ConfigDict) -> None:
+    """Refuses a fixed `noise_seed` in a private run unless the test-only switch is on.
+
+    Raises:
+      ConfigError: one line naming `noise_seed` and the fix (the seed's value is
+        not repeated: logs may be published).
+    """
+    fixed = config.noise_seed is not None
+    if config.get(FIXED_SEED_SWITCH) and not fixed:
+        raise ConfigError(
+            f"config.{FIXED_SEED_SWITCH}=True needs config.noise_seed; drop the switch for a "
+            "run with a secret seed."
+        )
+    if fixed and config.dp.enabled and not config.get(FIXED_SEED_SWITCH):
+        raise ConfigError(
+            "config.noise_seed is set for a private run: anyone holding it rebuilds every noise "
+            "draw, lot and the vocabulary noise (true ε = ∞). Drop --config.noise_seed (a "
+            f"128-bit seed is drawn from the OS), or for tests only set config.{FIXED_SEED_SWITCH}"
+            "=True (every report then says ε = ∞)."
+        )
+
+
+def fixed_noise_seed(config: ml_collections.ConfigDict) -> bool:
+    """True when the run's noise seed is fixed by the config (no guarantee)."""
+    return config.noise_seed is not None
+
+
+def published_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`config` as written to the published config.json: the noise seed removed."""
+    published = copy.deepcopy(config)
+    with published.unlocked():
+        published.noise_seed = None
+    return published
 
 
 def make_config(

@@ -158,18 +158,24 @@ def is_primary() -> bool:
 
 
 def broadcast_int(value: int | None) -> int:
-    """Process 0's non-negative 63-bit `value`, on every process.
+    """Process 0's non-negative `value` (below 2**256), on every process.
 
-    Sent as two 32-bit words (JAX's default int width is 32 bits). On one
-    process this returns `value` unchanged.
+    Sent as eight 32-bit words (JAX's default int width is 32 bits), so a
+    128-bit secret seed arrives whole. On one process this returns `value`.
     """
     if jax.process_count() == 1:
         return int(value)
-    words = np.zeros(2, np.uint32)
+    words = np.zeros(_BROADCAST_WORDS, np.uint32)
     if is_primary():
-        words[:] = (int(value) >> 32) & 0xFFFFFFFF, int(value) & 0xFFFFFFFF
+        if not 0 <= int(value) < 2 ** (32 * _BROADCAST_WORDS):
+            bits = int(value).bit_length()
+            raise ValueError(f"broadcast_int takes [0, 2**256), got a {bits}-bit value.")
+        words[:] = [(int(value) >> (32 * i)) & 0xFFFFFFFF for i in range(_BROADCAST_WORDS)]
     words = np.asarray(multihost_utils.broadcast_one_to_all(words))
-    return (int(words[0]) << 32) | int(words[1])
+    return sum(int(word) << (32 * i) for i, word in enumerate(words))
+
+
+_BROADCAST_WORDS = 8
 
 
 def on_primary(fn: Callable[[], Result], what: str) -> Result | None:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from typing import Any
 
 import datasets
@@ -33,6 +34,24 @@ def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
         logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
         corpus["train"] = corpus["train"].select(range(limit))
     return corpus
+
+
+# How `dpnmt.data.corpora` records a validation split carved off the end of train
+# (its `info.description`): "last N pairs of <file>" or a hub "<split>[cut:]".
+_CARVED_VALIDATION = re.compile(r"^validation: (last \d+ \w+ of |hub .* split \S+\[\d+:\]$)")
+
+
+def validation_is_carved_from_train(corpus: datasets.DatasetDict) -> bool:
+    """Whether the corpus's validation pairs were carved from its (private) train split.
+
+    Read from the origins the corpus loader records in each split's
+    `info.description`. Such pairs are private data: their loss and BLEU are
+    published unnoised, outside the guarantee.
+    """
+    if "validation" not in corpus:
+        return False
+    description = corpus["validation"].info.description or ""
+    return bool(_CARVED_VALIDATION.match(description))
 
 
 @contextlib.contextmanager

@@ -90,8 +90,11 @@ def expand(privacy: Sequence[str], sampling: Sequence[str], num_seeds: int) -> l
 def check_overrides(overrides: Sequence[str]) -> list[str]:
     """Checks `--config.a.b=value` strings passed to every run.
 
+    A fixed noise seed is judged per run by `config_lib.check_noise_seed` (the
+    trainer's one rule), in `check_configs`.
+
     Returns:
-      Warnings to log (a fixed noise seed shared by every run is for tests only).
+      Warnings to log (the test-only fixed-seed switch: the runs have no guarantee).
 
     Raises:
       ValueError: an override not of the form `--config.a.b=value`, or one of a
@@ -107,11 +110,33 @@ def check_overrides(overrides: Sequence[str]) -> list[str]:
                 f"Override {text!r} sets {field}, which the grid varies (--grid, --sampling, "
                 "--seeds); drop it."
             )
-        if field == "noise_seed":
+        if field == config_lib.FIXED_SEED_SWITCH:
             warnings.append(
-                f"{text}: every run shares this noise seed; for tests only, never for results."
+                f"{text}: every run shares one fixed noise seed; its results have no "
+                "guarantee (ε = ∞); for tests only."
             )
     return warnings
+
+
+def check_configs(configs: dict) -> None:
+    """Applies the trainer's fixed-seed rule to every run's config before any run starts.
+
+    Raises:
+      ValueError: a private run with a fixed `noise_seed` and no test-only switch.
+    """
+    for spec, config in configs.items():
+        try:
+            config_lib.check_noise_seed(config)
+        except ValueError as error:
+            raise ValueError(f"Run {spec.name}: {error}") from None
+
+
+def published_overrides(overrides: Sequence[str]) -> list[str]:
+    """`overrides` as recorded in the published sweep.json: a noise seed's value removed."""
+    return [
+        "--config.noise_seed=<private>" if text.startswith("--config.noise_seed=") else text
+        for text in overrides
+    ]
 
 
 def train_flags(config_path: str, spec: RunSpec, run_dir: str, overrides: Sequence[str]):
@@ -177,8 +202,9 @@ def is_finished(run_dir: str, config: ml_collections.ConfigDict) -> bool:
     results = read_json(os.path.join(run_dir, "results.json"))
     if not results or results.get("finished") is not True:
         return False
+    published = config_lib.published_config(config)  # config.json holds no noise seed.
     return read_json(os.path.join(run_dir, "config.json")) == json.loads(
-        config.to_json_best_effort()
+        published.to_json_best_effort()
     )
 
 

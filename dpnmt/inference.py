@@ -97,7 +97,12 @@ def decode_and_score(
     report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
     if not zero_shot:
         params, plan, steps_done = restore_params(config, workdir, params)
-        report = trainer.privacy_report(plan, steps_done, vocabulary)
+        report = trainer.privacy_report(
+            plan,
+            steps_done,
+            vocabulary,
+            validation_is_private=experiment.validation_is_carved_from_train(corpus),
+        )
     evaluator = trainer.Evaluator(
         config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
     )

@@ -8,7 +8,7 @@ all read, so the ε reported always describes the sampling that ran.
 import dataclasses
 import math
 
-from dpnmt import core
+from dpnmt import config_lib, core
 
 POISSON, SHUFFLE = "poisson", "shuffle"
 
@@ -29,6 +29,9 @@ class PrivacyPlan:
       l2_clip: C.
       delta: δ of DP-SGD.
       accountant: "pld" or "rdp".
+      seed_is_secret: False when the noise seed was fixed by the config (tests
+        only, `config.testing_only_fixed_noise_seed_NO_PRIVACY`): anyone holding
+        it rebuilds the noise, so every ε of the run is ∞.
     """
 
     private: bool
@@ -41,6 +44,7 @@ class PrivacyPlan:
     l2_clip: float
     delta: float
     accountant: str
+    seed_is_secret: bool = True
 
     @property
     def sampling_rate(self) -> float:
@@ -52,6 +56,8 @@ class PrivacyPlan:
         """Which bound `epsilon_after` reports, in words."""
         if not self.private:
             return "none (non-private training)"
+        if not self.seed_is_secret:
+            return f"none ({config_lib.FIXED_SEED_NOTE}: the noise seed was fixed for a test)"
         if self.sampling == POISSON:
             return f"Poisson-sampled Gaussian, {self.accountant.upper()} accountant"
         return (
@@ -64,8 +70,8 @@ class PrivacyPlan:
         return max(1, math.ceil(steps_done / self.steps_per_epoch))
 
     def epsilon_after(self, steps_done: int) -> float:
-        """ε of DP-SGD after `steps_done` steps (inf when not private, 0 before any)."""
-        if not self.private:
+        """ε of DP-SGD after `steps_done` steps (inf: not private or a fixed seed)."""
+        if not self.private or not self.seed_is_secret:
             return math.inf
         if steps_done == 0:
             return 0.0
@@ -79,14 +85,18 @@ class PrivacyPlan:
 
     def poisson_figure_not_a_guarantee(self, steps_done: int) -> float | None:
         """For shuffled runs only: the Poisson ε papers report, NOT a guarantee."""
-        if not self.private or self.sampling != SHUFFLE or steps_done == 0:
+        if not self.private or not self.seed_is_secret:
+            return None
+        if self.sampling != SHUFFLE or steps_done == 0:
             return None
         return core.epsilon_if_poisson_not_a_guarantee(
             self.noise_multiplier, self.sampling_rate, steps_done, self.delta, self.accountant
         )
 
 
-def plan_privacy(dp_config, train_config, dataset_size: int) -> PrivacyPlan:
+def plan_privacy(
+    dp_config, train_config, dataset_size: int, *, seed_is_secret: bool = True
+) -> PrivacyPlan:
     """Builds the plan: T from epochs, σ calibrated to the target ε or taken as given.
 
     Args:
@@ -94,6 +104,7 @@ def plan_privacy(dp_config, train_config, dataset_size: int) -> PrivacyPlan:
         delta, accountant, sampling).
       train_config: `config.train` (expected_lot_size, num_epochs).
       dataset_size: N.
+      seed_is_secret: False for a fixed (test-only) noise seed: ε = ∞.
 
     Returns:
       The `PrivacyPlan`.
@@ -163,4 +174,5 @@ def plan_privacy(dp_config, train_config, dataset_size: int) -> PrivacyPlan:
         l2_clip=float(dp_config.l2_clip),
         delta=float(dp_config.delta),
         accountant=dp_config.accountant,
+        seed_is_secret=seed_is_secret,
     )

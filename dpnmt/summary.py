@@ -112,7 +112,8 @@ def cell_rows(runs: list[Run]) -> list[dict]:
         bertscores = [t["bertscore"]["f1"] for t in tests if "bertscore" in t]
         bleu = mean_std([t["bleu"] for t in tests])
         f1 = mean_std(bertscores) if len(bertscores) == len(tests) else (math.nan, math.nan)
-        seconds = mean_std([m.results["seconds_per_epoch"] for m in members])
+        # None (a session of fewer than 50 lots publishes no timing) counts as NaN.
+        seconds = mean_std([as_float(m.results["seconds_per_epoch"]) for m in members])
         rows.append(
             {
                 "privacy": privacy,

@@ -133,6 +133,8 @@ def run_sweep(
         logging.warning(warning)
     configs = {spec: grid.resolve_config(config_path, spec, overrides) for spec in specs}
     config_check.raise_problems(config_check.sweep_workdir_problems(workdir))
+    grid.check_configs(configs)
+    published = grid.published_overrides(overrides)
     os.makedirs(workdir, exist_ok=True)
     sweep_lock = open(os.path.join(workdir, ".sweep.lock"), "w")  # noqa: SIM115
     try:
@@ -141,10 +143,10 @@ def run_sweep(
         raise ValueError(f"Another sweep is running in {workdir}; wait for it.") from error
     manifest = grid.read_json(os.path.join(workdir, grid.MANIFEST_FILE)) or {
         "config": config_path,
-        "overrides": list(overrides),
+        "overrides": published,
         "runs": {},
     }
-    if (manifest["config"], manifest["overrides"]) != (config_path, list(overrides)):
+    if (manifest["config"], manifest["overrides"]) != (config_path, published):
         raise ValueError(
             f"{workdir} holds a sweep of --config={manifest['config']} with overrides "
             f"{manifest['overrides']}; use a new --workdir, or the same config and overrides."

@@ -23,162 +23,31 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from dpnmt import (
     bridge,
     checkpointing,
     config_check,
+    config_lib,
     core,
     distributed,
     experiment,
     models,
     privacy,
+    training,
 )
-from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.errors import ConfigError
+from dpnmt.training.steps import example_loss, make_optimizer  # noqa: F401 (re-exported)
 
 CONFIG_FILE = "config.json"
 PRIVATE_DIR = "private"  # Secret seed and sampler state: never publish this folder.
 RESULTS_FILE = "results.json"
+PREPROCESSING_FILE = "preprocessing.json"  # In private/: exact counts of private splits.
 # Config fields a resumed run may change (config.json records the latest).
 NOT_BINDING_CONFIG_FIELDS = config_check.NOT_BINDING_FIELDS
-EXAMPLE_FIELDS = (INPUT_IDS, INPUT_LENGTH, LABELS, LABEL_LENGTH)
-
-
-def example_loss(model, model_config, params, example, dropout_key) -> jax.Array:
-    """Token-mean cross-entropy of ONE example (padding tokens ignored).
-
-    Args:
-      model: the Flax seq2seq module.
-      model_config: its config (decoder input convention).
-      params: full parameters.
-      example: `input_ids [S]`, `input_length []`, `labels [T]`, `label_length []`.
-      dropout_key: this example's own dropout key, or None for no dropout.
-
-    Returns:
-      float32 scalar: the mean over the example's own target tokens, so the
-      loss never depends on other examples.
-    """
-    source_length = example[INPUT_IDS].shape[0]
-    target_length = example[LABELS].shape[0]
-    input_ids = example[INPUT_IDS][None]
-    attention_mask = (jnp.arange(source_length) < example[INPUT_LENGTH])[None].astype(jnp.int32)
-    target_mask = jnp.arange(target_length) < example[LABEL_LENGTH]
-    labels = jnp.where(target_mask, example[LABELS], model_config.pad_token_id)[None]
-    decoder_input_ids = models.decoder_inputs(model_config, labels)
-    rngs = None if dropout_key is None else {"dropout": dropout_key}
-    logits = model.apply(
-        {"params": params},
-        input_ids,
-        attention_mask,
-        decoder_input_ids,
-        deterministic=dropout_key is None,
-        rngs=rngs,
-    )[0]
-    token_losses = optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), labels[0]
-    )
-    num_tokens = jnp.maximum(jnp.sum(target_mask), 1)
-    return jnp.sum(jnp.where(target_mask, token_losses, 0.0)) / num_tokens
-
-
-def make_optimizer(train_config, num_steps: int) -> optax.GradientTransformation:
-    """The optax optimizer, with linear warm-up and the configured decay."""
-    peak, warmup = train_config.learning_rate, min(train_config.warmup_steps, num_steps)
-    decay_steps = max(num_steps - warmup, 1)
-    if train_config.decay == "constant":
-        after = optax.constant_schedule(peak)
-    elif train_config.decay == "linear":
-        after = optax.linear_schedule(peak, 0.0, decay_steps)
-    elif train_config.decay == "cosine":
-        after = optax.cosine_decay_schedule(peak, decay_steps)
-    else:
-        raise ValueError(f"train.decay={train_config.decay!r}: use constant, linear or cosine.")
-    schedule = optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
-    name = train_config.optimizer
-    if name == "sgd":
-        return optax.sgd(schedule)
-    if name == "adam":
-        return optax.adam(schedule)
-    if name == "adamw":
-        return optax.adamw(schedule, weight_decay=train_config.weight_decay)
-    if name == "adafactor":
-        return optax.adafactor(schedule)
-    raise ValueError(f"train.optimizer={name!r}: use sgd, adam, adamw or adafactor.")
-
-
-@dataclasses.dataclass
-class _Steps:
-    """The jitted pieces of a step."""
-
-    add_microbatch: Any  # (acc, trainable, frozen, micro, key) -> (acc, loss_sum)
-    apply_lot: Any  # (trainable, opt_state, acc, noise_key) -> (trainable, opt_state)
-    eval_loss: Any  # (params, micro) -> (loss_sum, count)
-
-
-def make_steps(
-    model, model_config, tx, plan: privacy.PrivacyPlan, clipping="ghost", clipping_chunk=0
-) -> _Steps:
-    """Builds the jitted micro-batch, lot-update and evaluation functions.
-
-    `clipping` ("ghost" | "vmap") and `clipping_chunk` (rows per sequential
-    clipping chunk, 0: the whole micro-batch) are passed to
-    `core.private_grad_sum`; they change cost, not the result.
-    """
-
-    def add_microbatch(acc, trainable, frozen, micro, key):
-        batch = {name: micro[name] for name in EXAMPLE_FIELDS}
-        mask = micro[bridge.MASK]
-
-        def loss_fn(params, example, example_key):
-            full = models.merge_params(params, frozen)
-            return example_loss(model, model_config, full, example, example_key)
-
-        real = jnp.sum(mask != 0).astype(jnp.int32)
-        if plan.private:
-            grad_sum, _, mean_loss = core.private_grad_sum(
-                loss_fn,
-                trainable,
-                batch,
-                mask,
-                plan.l2_clip,
-                key=key,
-                clipping=clipping,
-                microbatch_size=clipping_chunk or None,
-            )
-        else:  # Non-private baseline: plain gradient of the sum of example losses.
-            keys = jax.random.split(key, mask.shape[0])
-
-            def summed(params):
-                losses = jax.vmap(loss_fn, in_axes=(None, 0, 0))(params, batch, keys)
-                return jnp.sum(jnp.where(mask != 0, losses, 0.0))
-
-            loss_sum, grad_sum = jax.value_and_grad(summed)(trainable)
-            mean_loss = loss_sum / jnp.maximum(real, 1)
-        return core.accumulate(acc, grad_sum, real), mean_loss * real
-
-    def apply_lot(trainable, opt_state, acc, noise_key):
-        if plan.private:
-            grad = core.noisy_average(
-                acc, noise_key, plan.noise_multiplier, plan.l2_clip, plan.expected_lot_size
-            )
-        else:
-            grad = jax.tree.map(lambda g: g / plan.expected_lot_size, acc.grad_sum)
-        updates, opt_state = tx.update(grad, opt_state, trainable)
-        return optax.apply_updates(trainable, updates), opt_state
-
-    def eval_loss(params, micro):
-        batch = {name: micro[name] for name in EXAMPLE_FIELDS}
-        losses = jax.vmap(lambda ex: example_loss(model, model_config, params, ex, None))(batch)
-        mask = micro[bridge.MASK] != 0
-        return jnp.sum(jnp.where(mask, losses, 0.0)), jnp.sum(mask)
-
-    return _Steps(
-        add_microbatch=jax.jit(add_microbatch, donate_argnums=0),
-        apply_lot=jax.jit(apply_lot, donate_argnums=(0, 1)),
-        eval_loss=jax.jit(eval_loss),
-    )
+# Rates (lots/s, examples/s, s/epoch) are published only as means over at least
+# this many lots: a shorter window could time one lot (how many micro-batches it took).
+MIN_RATE_WINDOW_LOTS = 50
 
 
 def _examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
@@ -249,22 +118,57 @@ def check_workdir_config(workdir: str, config: ml_collections.ConfigDict) -> Non
         json.dump(resolved, f, indent=2, sort_keys=True)
 
 
-def privacy_report(plan: privacy.PrivacyPlan, steps_done: int, vocabulary) -> dict:
-    """The ε the run can defend, by which bound, composed with the vocabulary's."""
-    sgd_epsilon = plan.epsilon_after(steps_done)
+ASSUMED_PUBLIC = (
+    "dataset_size (N, training examples after preprocessing: q = L/N, σ and T derive from it)",
+    "expected_lot_size (L), noise_multiplier (σ), l2_clip (C), steps_planned (T), the config",
+    "the validation and test splits, unless validation_is_private",
+)
+
+
+def adjacency(plan: privacy.PrivacyPlan) -> str:
+    """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
+    if not plan.private:
+        return "none (no guarantee)"
+    if plan.sampling == privacy.POISSON:
+        return "add/remove one training example (Poisson-sampled Gaussian)"
+    return (
+        "replace one training example by a null example that contributes zero (the "
+        "dataset size N is unchanged; each epoch is one Gaussian mechanism on it)"
+    )
+
+
+def privacy_report(
+    plan: privacy.PrivacyPlan,
+    steps_done: int,
+    vocabulary,
+    *,
+    validation_is_private: bool = False,
+) -> dict:
+    """The ε the run can defend, by which bound, composed with the vocabulary's.
+
+    The guarantee is ε at the PLANNED T steps, fixed before training: early
+    stopping picks the stop step from validation scores, so ε at the realised
+    step is chosen adaptively and is reported only as
+    `epsilon_at_realised_stop_NOT_A_GUARANTEE` (no privacy filter is used).
+    """
+    sgd_epsilon = plan.epsilon_after(plan.num_steps)
     report = {
         "private": plan.private,
         "bound": plan.bound,
         "sampling": plan.sampling,
+        "adjacency": adjacency(plan),
         "noise_multiplier": plan.noise_multiplier,
         "l2_clip": plan.l2_clip,
         "expected_lot_size": plan.expected_lot_size,
         "dataset_size": plan.dataset_size,
         "sampling_rate": plan.sampling_rate,
+        "assumed_public": list(ASSUMED_PUBLIC),
         "steps_done": steps_done,
         "steps_planned": plan.num_steps,
         "dp_sgd_epsilon": sgd_epsilon,
+        "dp_sgd_epsilon_is_at": "the planned T steps (steps_planned), fixed before training",
         "dp_sgd_delta": plan.delta,
+        "validation_is_private": validation_is_private,
         "vocabulary": {
             "kind": vocabulary.kind,
             "covered_by_guarantee": vocabulary.covered_by_guarantee,
@@ -273,14 +177,26 @@ def privacy_report(plan: privacy.PrivacyPlan, steps_done: int, vocabulary) -> di
             "note": vocabulary.note,
         },
     }
-    poisson_figure = plan.poisson_figure_not_a_guarantee(steps_done)
+    if plan.private and steps_done < plan.num_steps:
+        report["epsilon_at_realised_stop_NOT_A_GUARANTEE"] = plan.epsilon_after(steps_done)
+    poisson_figure = plan.poisson_figure_not_a_guarantee(plan.num_steps)
     if poisson_figure is not None:
         report["epsilon_if_poisson_NOT_A_GUARANTEE"] = poisson_figure
     vocab_epsilon = vocabulary.epsilon or 0.0
     analytic = (vocabulary.details or {}).get("epsilon_analytic")
     if analytic is not None:  # The classical formula can understate ε above 1.
         vocab_epsilon = max(vocab_epsilon, analytic)
-    if not vocabulary.covered_by_guarantee:
+    if plan.private and not plan.seed_is_secret:
+        # What the run would claim with a secret seed: for tests to check the accounting.
+        as_if_secret = dataclasses.replace(plan, seed_is_secret=True)
+        report["epsilon_if_seed_were_secret_NOT_A_GUARANTEE"] = as_if_secret.epsilon_after(
+            plan.num_steps
+        )
+        report["total_epsilon"] = math.inf
+        report["composition"] = (
+            f"{config_lib.FIXED_SEED_NOTE} (config.{config_lib.FIXED_SEED_SWITCH}: tests only)"
+        )
+    elif not vocabulary.covered_by_guarantee:
         report["total_epsilon"] = math.inf
         report["composition"] = "vocabulary learnt from private data without DP: no guarantee"
     else:
@@ -317,6 +233,7 @@ def train_and_evaluate(
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
     """
+    config_lib.check_noise_seed(config)  # Before anything is written.
     # Everything checked before a file is written (process 0 alone reads the
     # shared workdir: no race with its own writes below).
     distributed.on_primary(
@@ -326,7 +243,8 @@ def train_and_evaluate(
         "validating the config",
     )
     distributed.on_primary(
-        lambda: check_workdir_config(workdir, config), "checking the workdir's config"
+        lambda: check_workdir_config(workdir, config_lib.published_config(config)),
+        "checking the workdir's config",
     )
     manager = checkpointing.make_manager(workdir)
     resuming = manager.latest_step() is not None
@@ -342,6 +260,10 @@ def train_and_evaluate(
         distributed.on_primary(
             lambda: _noise_seed(config, workdir, resuming), "reading the secret noise seed"
         )
+    )
+    # A random nonce (not derived from the seed) binds checkpoints to private/.
+    run_id = distributed.broadcast_int(
+        distributed.on_primary(lambda: _run_id(workdir), "reading the private run id")
     )
 
     corpus = experiment.load_corpus(config)
@@ -364,9 +286,29 @@ def train_and_evaluate(
     )
     tokenizer, vocabulary = built if built is not None else tokenizer_and_vocabulary(False)
     tokenized, train_examples, split_stats = tokenize_splits(config, corpus, tokenizer)
+    validation_is_private = experiment.validation_is_carved_from_train(corpus)
+    private_splits = {"train", "validation"} if validation_is_private else {"train"}
+    distributed.on_primary(
+        lambda: write_json(
+            os.path.join(workdir, PRIVATE_DIR, PREPROCESSING_FILE),
+            {s: dataclasses.asdict(v) for s, v in split_stats.items()},
+        ),
+        "writing the private preprocessing counts",
+    )
     for split, counts in split_stats.items():
-        logging.info("Preprocessing %s: %s", split, counts)
-    plan = privacy.plan_privacy(config.dp, config.train, len(train_examples))
+        if split not in private_splits:  # Exact counts of private data stay in private/.
+            logging.info("Preprocessing %s: %s", split, counts)
+    plan = privacy.plan_privacy(
+        config.dp,
+        config.train,
+        len(train_examples),
+        seed_is_secret=not config_lib.fixed_noise_seed(config),
+    )
+    if not plan.seed_is_secret and plan.private:
+        logging.warning(
+            "config.%s: the noise seed is fixed, this run has NO privacy guarantee (ε = ∞).",
+            config_lib.FIXED_SEED_SWITCH,
+        )
     planned = privacy_report(plan, plan.num_steps, vocabulary)
     logging.info(
         "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
@@ -390,17 +332,29 @@ def train_and_evaluate(
         config, tokenizer, jax.random.fold_in(root, 0)
     )
     trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
-    tx = make_optimizer(config.train, plan.num_steps)
+    tx = training.make_optimizer(config.train, plan.num_steps)
     opt_state = tx.init(trainable)
-    steps = make_steps(model, model_config, tx, plan, config.dp.clipping, config.dp.clipping_chunk)
+
+    def loss_fn(full_params, example, dropout_key):
+        return training.example_loss(model, model_config, full_params, example, dropout_key)
 
     mesh = bridge.make_data_mesh()
     bridge.check_physical_batch_size(config.train.physical_batch_size, mesh)
+    step_fns = training.make_lot_step(
+        loss_fn,
+        tx,
+        training.StepPrivacy.from_plan(plan),
+        mesh,
+        clipping=config.dp.clipping,
+        clipping_chunk=config.dp.clipping_chunk,
+    )
     # Lot membership must be secret for Poisson amplification: the sampler is
     # seeded from the private run seed, never from the public config.seed.
     # Lots are drawn over indices only (identically on every process); each
     # process then fetches just the rows its devices hold.
-    sampler_seed = _derived_seed(noise_seed, "sampler")
+    # torch.Generator takes 64 bits: the most a seeded sampler can use
+    # (dp.secure_rng draws lots from the OS instead).
+    sampler_seed = _derived_seed(noise_seed, "sampler") % 2**64
     lot_indices = bridge.IndexOnly(train_examples)
     if plan.sampling == privacy.POISSON:
         lots = bridge.PoissonLots(
@@ -422,10 +376,7 @@ def train_and_evaluate(
             manager, {"trainable": trainable, "opt_state": opt_state}
         )
         start_step, state, meta = restored
-        if meta["noise_seed_sha256"] != _seed_hash(noise_seed):
-            raise ValueError(
-                "The checkpoint's noise seed differs from the workdir's private record."
-            )
+        _check_checkpoint_binding(meta, noise_seed, run_id, workdir)
         if privacy.PrivacyPlan(**meta["plan"]) != plan:
             raise ValueError(
                 f"The resumed run's privacy plan {plan} differs from the checkpoint's "
@@ -445,17 +396,26 @@ def train_and_evaluate(
     dropout_base = jax.random.fold_in(root, 1)
     # Every process evaluates on its own devices (identical results, no
     # cross-process traffic); process 0 alone writes them.
+    local_mesh = distributed.local_mesh()
     evaluator = Evaluator(
-        config, model, model_config, tokenizer, tokenized, corpus, steps, distributed.local_mesh()
+        config,
+        model,
+        model_config,
+        tokenizer,
+        tokenized,
+        corpus,
+        training.make_eval_loss(loss_fn, local_mesh),
+        local_mesh,
     )
     writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
     if start_step == 0 and config.train.eval_every_steps:
         metrics = evaluator.validation(models.merge_params(trainable, frozen))
-        metrics.update(step=0, epsilon=0.0)
+        metrics.update(step=0, epsilon=plan.epsilon_after(0))
         history.append(metrics)
         writer.write(0, {f"validation/{k}": v for k, v in metrics.items()})
         logging.info("eval before training: %s", metrics)
     started = time.time()
+    rates = RateWindow(start_step, started)
     step = start_step
     # Host side (sampling, micro-batching, sharding) runs a lot ahead in a thread.
     prefetched = bridge.device_lots(
@@ -476,11 +436,11 @@ def train_and_evaluate(
             loss_sum = jnp.zeros(())
             for index, micro in enumerate(microbatches):
                 key = jax.random.fold_in(jax.random.fold_in(dropout_base, step), index)
-                acc, micro_loss = steps.add_microbatch(acc, trainable, frozen, micro, key)
+                acc, micro_loss = step_fns.add_microbatch(acc, trainable, frozen, micro, key)
                 loss_sum = loss_sum + micro_loss
             # The lot's mean loss, divided on device by its (private) size.
             train_loss = loss_sum / jnp.maximum(acc.num_examples, 1)
-            trainable, opt_state = steps.apply_lot(
+            trainable, opt_state = step_fns.apply_lot(
                 trainable, opt_state, acc, core.noise_key_for_step(noise_base, step)
             )
             step += 1
@@ -488,7 +448,7 @@ def train_and_evaluate(
                 # A private run's training loss is an un-noised statistic of the lot
                 # (0.0 exactly for an empty lot): it is not released.
                 loss = None if plan.private else float(train_loss)
-                _log_progress(writer, plan, step, start_step, started, loss)
+                _log_progress(writer, plan, step, rates.update(step, time.time()), loss)
             evaluate_now = (
                 config.train.eval_every_steps and step % config.train.eval_every_steps == 0
             )
@@ -521,7 +481,7 @@ def train_and_evaluate(
                     trainable,
                     opt_state,
                     prefetched,
-                    noise_seed,
+                    run_id,
                     best,
                     history,
                     plan,
@@ -538,25 +498,42 @@ def train_and_evaluate(
         logging.info("Stopped after step %d of %d as asked; rerun to resume.", step, plan.num_steps)
         return {"steps_done": step, "finished": False}
     train_seconds = time.time() - started
+    lots_this_session = step - start_step
+    timed = lots_this_session >= MIN_RATE_WINDOW_LOTS  # Else no rate is published.
     params = models.merge_params(trainable, frozen)
     results = {
         "finished": True,
         "validation": evaluator.validation(params),
         "test": evaluator.test(params),
-        "privacy": privacy_report(plan, step, vocabulary),
+        "privacy": privacy_report(
+            plan, step, vocabulary, validation_is_private=validation_is_private
+        ),
         "history": history,
         "stopped_early": stopped_early,
         "steps_done": step,
-        "train_seconds_this_session": train_seconds,
-        "seconds_per_epoch": train_seconds
-        / max(step - start_step, 1)
-        * max(plan.steps_per_epoch, 1),
-        "preprocessing": {s: dataclasses.asdict(v) for s, v in split_stats.items()},
-        "preprocessing_note": "exact counts, including the private training split's: "
-        "not covered by the privacy guarantee; None: not counted (the train split was "
-        "tokenized per lot, data.tokenize_train)",
-        "validation_note": "validation pairs drive evaluation and early stopping and are "
-        "not protected by the guarantee; carve them from data you may publish",
+        "train_seconds_this_session": train_seconds if timed else None,
+        "seconds_per_epoch": (
+            train_seconds / lots_this_session * max(plan.steps_per_epoch, 1) if timed else None
+        ),
+        "timing_note": f"means over this session's {lots_this_session} lots, published only "
+        f"over at least {MIN_RATE_WINDOW_LOTS} lots (None: fewer); never per lot",
+        "preprocessing": {
+            s: dataclasses.asdict(v) for s, v in split_stats.items() if s not in private_splits
+        }
+        | {"train": {"num_kept": plan.dataset_size}},
+        "preprocessing_note": "exact counts of public splits; of the private training "
+        "split (and of a validation split carved from it) only num_kept = N, assumed "
+        f"public; the exact counts stay in {PRIVATE_DIR}/{PREPROCESSING_FILE}. None: not "
+        "counted (the train split was tokenized per lot, data.tokenize_train)",
+        "validation_is_private": validation_is_private,
+        "validation_note": (
+            "validation pairs were carved from the private training data: their loss and "
+            "BLEU (metrics, history, early stopping, this file) are NOT covered by the "
+            "guarantee"
+            if validation_is_private
+            else "validation is the corpus's own public split (drives evaluation and "
+            "early stopping)"
+        ),
     }
     if distributed.is_primary():
         write_json(os.path.join(workdir, RESULTS_FILE), results)
@@ -568,29 +545,48 @@ def train_and_evaluate(
     return results
 
 
-def _log_progress(writer, plan, step, start_step, started, train_loss: float | None):
+class RateWindow:
+    """Lots per second, measured only over windows of at least `MIN_RATE_WINDOW_LOTS` lots.
+
+    A rate over a few lots could reveal how many micro-batches one lot took (its
+    private size); `update` returns a rate only when a window closes, and the
+    same (stale) rate until the next one closes.
+    """
+
+    def __init__(self, start_step: int, start_time: float):
+        """Opens the first window at `start_step`, `start_time` (seconds)."""
+        self._step, self._time = start_step, start_time
+        self._rate: float | None = None
+
+    def update(self, step: int, now: float) -> float | None:
+        """The last closed window's lots/s (None before the first one closes)."""
+        if step - self._step >= MIN_RATE_WINDOW_LOTS:
+            self._rate = (step - self._step) / max(now - self._time, 1e-9)
+            self._step, self._time = step, now
+        return self._rate
+
+
+def _log_progress(writer, plan, step, lots_per_second: float | None, train_loss: float | None):
     """Logs one progress line and its scalars.
 
-    Rates use the EXPECTED lot size L (realised sizes are private); tokens/s is
-    not shown for the same reason. The training loss is shown for non-private
-    runs only.
+    Rates use the EXPECTED lot size L (realised sizes are private) and come only
+    from windows of at least `MIN_RATE_WINDOW_LOTS` lots (`RateWindow`);
+    tokens/s is not shown. The training loss is shown for non-private runs only.
     """
-    elapsed = time.time() - started
-    lots_per_second = (step - start_step) / max(elapsed, 1e-9)
-    eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
     epsilon = plan.epsilon_after(step)
     loss_text = "" if train_loss is None else f"  train loss {train_loss:.4f}"
+    rate_text = f"  (rates over >= {MIN_RATE_WINDOW_LOTS} lots only)"
+    scalars = {"privacy/epsilon_spent": epsilon}
+    if lots_per_second is not None:
+        eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
+        rate_text = (
+            f"  {lots_per_second:.3f} lots/s  ~{lots_per_second * plan.expected_lot_size:.1f} "
+            f"examples/s (L x lots/s, mean over >= {MIN_RATE_WINDOW_LOTS} lots)  ETA {eta:.0f} s"
+        )
+        scalars["train/lots_per_second"] = lots_per_second
     logging.info(
-        "step %d/%d  %.3f lots/s  ~%.1f examples/s (L x lots/s)%s  ε spent %.4g  ETA %.0f s",
-        step,
-        plan.num_steps,
-        lots_per_second,
-        lots_per_second * plan.expected_lot_size,
-        loss_text,
-        epsilon,
-        eta,
+        "step %d/%d%s%s  ε spent %.4g", step, plan.num_steps, rate_text, loss_text, epsilon
     )
-    scalars = {"train/lots_per_second": lots_per_second, "privacy/epsilon": epsilon}
     if train_loss is not None:
         scalars["train/loss"] = train_loss
     writer.write(step, scalars)
@@ -613,6 +609,9 @@ class MetricsWriter:
 
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")  # noqa: SIM115
         self._tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        # One wall time for every event: per-event times would time the lots
+        # between two log steps (see `RateWindow`).
+        self._walltime = float(int(time.time()))
 
     def write(self, step: int, scalars: dict) -> None:
         """Appends one JSON line and one TensorBoard scalar per numeric value."""
@@ -621,7 +620,7 @@ class MetricsWriter:
         self._jsonl.flush()
         for name, value in numeric.items():
             if math.isfinite(value):
-                self._tensorboard.add_scalar(name, value, step)
+                self._tensorboard.add_scalar(name, value, step, walltime=self._walltime)
 
     def close(self) -> None:
         """Flushes and closes both outputs."""
@@ -630,10 +629,10 @@ class MetricsWriter:
 
 
 def _derived_seed(seed: int, purpose: str) -> int:
-    """A 63-bit seed for `purpose` ("noise", "sampler", "vocabulary") from the run seed."""
+    """A 128-bit seed for `purpose` ("noise", "sampler", "vocabulary") from the run seed."""
     purposes = {"noise": 0, "sampler": 1, "vocabulary": 2}
-    words = np.random.SeedSequence([seed, purposes[purpose]]).generate_state(2, np.uint64)
-    return int(words[0] >> np.uint64(1))
+    words = np.random.SeedSequence([seed, purposes[purpose]]).generate_state(4, np.uint32)
+    return sum(int(word) << (32 * i) for i, word in enumerate(words))
 
 
 def _json_default(value):
@@ -662,16 +661,22 @@ def write_json(path: str, value) -> None:
 
 
 def _noise_seed(config, workdir: str, resuming: bool) -> int:
-    """The run's secret seed: from config (tests), else the OS, kept in `workdir/private/`.
+    """The run's secret seed: 128 bits from the OS (or a test's fixed one), in `private/`.
 
     It derives the noise keys, the Poisson sampler's seed and the vocabulary's
     noise. Anyone who has it can subtract the noise: never publish `private/`.
-    Checkpoints hold only its hash.
+    Nothing published holds it or anything derived from it.
     """
     path = os.path.join(workdir, PRIVATE_DIR, "noise_seed")
     if os.path.exists(path):
         with open(path) as f:
-            return int(f.read())
+            seed = int(f.read())
+        if config.noise_seed is not None and int(config.noise_seed) != seed:
+            raise ValueError(
+                f"config.noise_seed differs from the seed in {path}; drop --config.noise_seed "
+                "to resume, or use a new --workdir."
+            )
+        return seed
     if resuming:
         raise ValueError(f"{workdir} has checkpoints but no {path}; cannot resume safely.")
     seed = config.noise_seed if config.noise_seed is not None else core.fresh_seed()
@@ -681,8 +686,47 @@ def _noise_seed(config, workdir: str, resuming: bool) -> int:
     return seed
 
 
-def _seed_hash(seed: int) -> str:
+def _run_id(workdir: str) -> int:
+    """A random 128-bit nonce in `private/run_id`, drawn once; checkpoints record it.
+
+    It ties a checkpoint to this workdir's private records without publishing
+    anything derived from the seed (it is independent of the seed).
+    """
+    path = os.path.join(workdir, PRIVATE_DIR, "run_id")
+    if os.path.exists(path):
+        with open(path) as f:
+            return int(f.read())
+    value = core.fresh_seed()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(str(value))
+    return value
+
+
+def _legacy_seed_hash(seed: int) -> str:
+    # Checkpoints written before the run id published this unsalted hash.
     return hashlib.sha256(f"dpnmt-noise-seed:{seed}".encode()).hexdigest()
+
+
+def _check_checkpoint_binding(meta: dict, noise_seed: int, run_id: int, workdir: str) -> None:
+    """Refuses a checkpoint that belongs to another workdir's private records."""
+    if "run_id" in meta:
+        if int(meta["run_id"]) != run_id:
+            raise ValueError(
+                f"The checkpoint's run id differs from {workdir}/{PRIVATE_DIR}/run_id: the "
+                "checkpoints come from another run; use that run's workdir or a new one."
+            )
+        return
+    if meta.get("noise_seed_sha256") != _legacy_seed_hash(noise_seed):
+        raise ValueError(
+            "The checkpoint's noise seed differs from the workdir's private record "
+            f"({workdir}/{PRIVATE_DIR}/noise_seed); use that run's workdir or a new one."
+        )
+    logging.warning(
+        "%s's older checkpoints hold a hash of the noise seed in their published metadata "
+        "(an old format): new checkpoints do not; delete the old ones before publishing.",
+        workdir,
+    )
 
 
 def _sampler_path(workdir: str, step: int) -> str:
@@ -705,14 +749,14 @@ def _sampler_state_from_json(state: dict) -> dict:
 
 
 def _save(
-    manager, workdir, step, trainable, opt_state, lots, noise_seed, best, history, plan, stopped
+    manager, workdir, step, trainable, opt_state, lots, run_id, best, history, plan, stopped
 ) -> None:
     if distributed.is_primary():  # Every process holds the same sampler state.
         with open(_sampler_path(workdir, step), "w") as f:
             json.dump(_sampler_state_to_json(lots.state_dict()), f)
     meta = {
         "step": step,
-        "noise_seed_sha256": _seed_hash(noise_seed),
+        "run_id": str(run_id),  # A random nonce, independent of the seed.
         "best": best,
         "history": history,
         "plan": dataclasses.asdict(plan),
@@ -730,14 +774,14 @@ def _save(
 class Evaluator:
     """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
 
-    def __init__(self, config, model, model_config, tokenizer, tokenized, corpus, steps, mesh):
-        """Keeps what scoring needs; `steps` (for the loss) may be None."""
+    def __init__(self, config, model, model_config, tokenizer, tokenized, corpus, eval_loss, mesh):
+        """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None."""
         self._config = config
         self._model = model
         self._tokenizer = tokenizer
         self._tokenized = tokenized
         self._corpus = corpus
-        self._steps = steps
+        self._eval_loss = eval_loss
         self._mesh = mesh
         self._gen = models.decoding.from_model_config(
             model_config,
@@ -765,7 +809,7 @@ class Evaluator:
         for micro in bridge.to_microbatches(
             lot, self._config.train.physical_batch_size, pad_values=examples.pad_values
         ):
-            loss_sum, n = self._steps.eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
+            loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
             total, count = total + float(loss_sum), count + int(n)
         return total / max(count, 1)
 

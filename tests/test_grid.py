@@ -51,9 +51,20 @@ def test_overrides_that_would_contradict_the_grid_are_refused(override, match):
         grid.check_overrides([override])
 
 
-def test_a_fixed_noise_seed_is_flagged_as_tests_only():
-    warnings = grid.check_overrides(["--config.noise_seed=7", "--config.train.num_epochs=2"])
-    assert len(warnings) == 1 and "tests only" in warnings[0]
+def test_a_fixed_noise_seed_follows_the_trainers_one_rule():
+    """Refused for private runs unless the test-only switch is set; never in sweep.json."""
+    fixed = ["--config.noise_seed=7", "--config.train.num_epochs=2"]
+    assert grid.check_overrides(fixed) == []
+    specs = grid.expand(["eps5", "nonprivate"], ["shuffle"], 1)
+    configs = {s: grid.resolve_config("configs/tiny.py", s, fixed) for s in specs}
+    with pytest.raises(ValueError, match=r"eps5-shuffle.*config\.noise_seed"):
+        grid.check_configs(configs)
+    switched = [*fixed, "--config.testing_only_fixed_noise_seed_NO_PRIVACY=True"]
+    warnings = grid.check_overrides(switched)
+    assert len(warnings) == 1 and "no guarantee" in warnings[0]
+    grid.check_configs({s: grid.resolve_config("configs/tiny.py", s, switched) for s in specs})
+    assert "--config.noise_seed=7" not in grid.published_overrides(switched)
+    assert "--config.noise_seed=<private>" in grid.published_overrides(switched)
 
 
 def test_resolve_config_is_the_trainers_config_for_the_cell():

@@ -3,7 +3,7 @@
 Data flow: `TokenizedExamples` (torch Dataset view) -> `PoissonLots` or
 `ShuffledLots` (a `Lot` per step, possibly empty) -> `to_microbatches`
 (ceil(n / b) fixed `[b, ...]` micro-batches with a `mask`) -> `shard_microbatch`
-(global arrays sharded `P('data')`) -> `dp_lot_gradient` (noise once per lot).
+(global arrays sharded `P('data')`) -> `dpnmt.training.steps` (noise once per lot).
 `Prefetcher` runs the host part in a background thread; `device_lots` chains
 split, shard and prefetch. With `IndexOnly` lots, each process fetches only the
 rows its devices hold (`shard_fetched_microbatch`); over `TokenizedOnDemand`
@@ -32,14 +32,12 @@ from dpnmt.bridge.sharding import (
     replicated_sharding,
     shard_microbatch,
 )
-from dpnmt.bridge.step import DpLotStep, dp_lot_gradient, make_dp_lot_step
 
 __all__ = [
     "DATA_AXIS",
     "EXAMPLE_INDEX",
     "MASK",
     "PADDING_INDEX",
-    "DpLotStep",
     "IndexOnly",
     "Lot",
     "LotCollator",
@@ -52,10 +50,8 @@ __all__ = [
     "batch_sharding",
     "check_physical_batch_size",
     "device_lots",
-    "dp_lot_gradient",
     "lot_sampling_rate",
     "make_data_mesh",
-    "make_dp_lot_step",
     "replicated_sharding",
     "shard_fetched_microbatch",
     "shard_microbatch",

@@ -5,6 +5,7 @@ import secrets
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpnmt.core import validation
 
@@ -56,29 +57,36 @@ def noise_key_for_step(base_key: chex.PRNGKey, step) -> chex.PRNGKey:
 
 
 def key_from_seed(seed: int) -> chex.PRNGKey:
-    """A PRNG key that depends on all 63 bits of `seed`.
+    """A threefry PRNG key that depends on every bit of `seed`, however large.
 
     `jax.random.key(seed)` keeps only the low 32 bits unless 64-bit mode is on,
-    so seeds differing above bit 32 would give the same noise. The high bits
-    are folded in.
+    and folding in a fixed number of words would drop the bits above them. The
+    whole integer goes through `numpy.random.SeedSequence` (a hash of all its
+    bits), whose first two 32-bit words become the key data. A threefry key
+    holds 64 bits: the secret (128 bits from `fresh_seed`) stays the thing to
+    protect, and no two seeds that differ anywhere share a key by construction.
 
     Args:
-      seed: non-negative integer < 2**63 (e.g. from `fresh_seed()`).
+      seed: non-negative integer (e.g. from `fresh_seed()`), any size.
 
     Returns:
-      A PRNG key.
+      A PRNG key (impl threefry2x32).
     """
     seed = int(seed)
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be in [0, 2**63), got {seed}.")
-    return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), seed >> 32)
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}.")
+    words = np.random.SeedSequence(seed).generate_state(2, np.uint32)
+    return jax.random.wrap_key_data(jnp.asarray(words), impl="threefry2x32")
+
+
+SEED_BITS = 128
 
 
 def fresh_seed() -> int:
-    """A 63-bit seed from the operating system's CSPRNG, for release runs.
+    """A 128-bit seed from the operating system's CSPRNG, for release runs.
 
-    Fixed seeds are for tests and debugging; a run whose ε is published should
-    draw its noise seed here (and record it only in its private checkpoint).
-    Turn it into a key with `key_from_seed`, which keeps all 63 bits.
+    Fixed seeds void the guarantee (anyone holding one rebuilds the noise); a
+    run whose ε is published draws its seed here and keeps it private. Turn it
+    into a key with `key_from_seed`, which reads all its bits.
     """
-    return secrets.randbits(63)
+    return secrets.randbits(SEED_BITS)

@@ -1,7 +1,8 @@
 """Review tests for dpnmt.bridge: end-to-end sensitivity of the sharded lot gradient.
 
 Poisson lots -> `device_lots` (split, pad, shard over 8 devices, prefetch) ->
-`dp_lot_gradient` with σ = 0, compared with a direct per-example computation:
+`training.lot_gradient` (the step training runs) with σ = 0, compared with a
+direct per-example computation:
 every sampled example counted once, padding contributes nothing, the sum is
 divided by the fixed L, and removing one example moves the release by <= C / L.
 """
@@ -11,17 +12,17 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+from dpnmt import training
 from dpnmt.bridge import (
     EXAMPLE_INDEX,
     MASK,
     LotCollator,
     PoissonLots,
     device_lots,
-    dp_lot_gradient,
     make_data_mesh,
-    make_dp_lot_step,
     shard_microbatch,
     to_microbatches,
 )
@@ -31,6 +32,16 @@ L2_CLIP = 0.05
 EXPECTED_LOT_SIZE = 20
 PHYSICAL_BATCH_SIZE = 8
 DATASET = random_pairs(100, seed=5)
+
+
+def make_dp_lot_step(loss_fn, mesh, *, l2_clip, noise_multiplier, expected_lot_size):
+    """The training step (`training.make_lot_step`) with a key-free per-example loss."""
+    return training.make_lot_step(
+        lambda params, example, _: loss_fn(params, example),
+        optax.identity(),
+        training.StepPrivacy(True, l2_clip, noise_multiplier, expected_lot_size),
+        mesh,
+    )
 
 
 def loss_fn(params, example):
@@ -83,7 +94,7 @@ def test_sharded_noiseless_release_equals_direct_clipped_sum_over_l(setup):
             real = np.concatenate([np.asarray(mb[MASK]) for mb in microbatches] or [[]]) != 0
             np.testing.assert_array_equal(np.sort(rows[real]), np.sort(lot.indices))
             assert np.all(rows[~real] == -1)  # Padding rows are never real examples.
-            released = _flat(dp_lot_gradient(step, params, microbatches, jax.random.key(0)))
+            released = _flat(training.lot_gradient(step, params, microbatches, jax.random.key(0)))
             np.testing.assert_allclose(
                 released, _direct_release(params, lot.indices), rtol=2e-5, atol=1e-8
             )
@@ -100,7 +111,7 @@ def test_removing_one_example_moves_the_sharded_release_by_at_most_c_over_l(setu
             shard_microbatch(mb, mesh)
             for mb in to_microbatches(lot, PHYSICAL_BATCH_SIZE, pad_values=DATASET.pad_values)
         ]
-        return _flat(dp_lot_gradient(step, params, microbatches, jax.random.key(0)))
+        return _flat(training.lot_gradient(step, params, microbatches, jax.random.key(0)))
 
     full = release(lot_indices)
     for removed in (0, 9, 19):  # First, middle and last micro-batch.

@@ -1,13 +1,18 @@
+"""The one DP lot step (`dpnmt.training.steps`, what `dpnmt.train` runs) on 8 devices:
+noise once on the global sum, padding exactly zero, empty lots noise-only.
+"""
+
 import itertools
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from scipy import stats
 
-from dpnmt import core
+from dpnmt import core, training
 from dpnmt.bridge import (
     DATA_AXIS,
     MASK,
@@ -16,9 +21,7 @@ from dpnmt.bridge import (
     batch_sharding,
     check_physical_batch_size,
     device_lots,
-    dp_lot_gradient,
     make_data_mesh,
-    make_dp_lot_step,
     shard_microbatch,
     to_microbatches,
 )
@@ -33,6 +36,16 @@ LEARNING_RATE = 0.5
 
 DATASET = random_pairs(100, seed=2)
 COLLATE = LotCollator(DATASET.field_specs())
+
+
+def make_dp_lot_step(loss_fn, mesh, *, l2_clip, noise_multiplier, expected_lot_size):
+    """The training step (`training.make_lot_step`) with a key-free per-example loss."""
+    return training.make_lot_step(
+        lambda params, example, _: loss_fn(params, example),
+        optax.identity(),
+        training.StepPrivacy(True, l2_clip, noise_multiplier, expected_lot_size),
+        mesh,
+    )
 
 
 def loss_fn(params, example):
@@ -118,10 +131,10 @@ def test_sharded_step_equals_one_device_step_for_the_same_key(meshes, steps):
     for count in (8, 1):
         microbatches = sharded_microbatches(lot, meshes[count])
         assert len(microbatches) == 3
-        updated[count] = sgd(params, dp_lot_gradient(steps[count], params, microbatches, key))
+        updated[count] = sgd(params, training.lot_gradient(steps[count], params, microbatches, key))
     chex.assert_trees_all_close(updated[8], updated[1], rtol=1e-6, atol=1e-7)
     # The update is not noise alone: the clipped gradients moved the params.
-    noise_only = sgd(params, dp_lot_gradient(steps[1], params, [], key))
+    noise_only = sgd(params, training.lot_gradient(steps[1], params, [], key))
     assert not np.allclose(updated[1]["w"], noise_only["w"], rtol=0, atol=1e-6)
 
 
@@ -138,7 +151,8 @@ def test_masked_rows_change_the_gradient_sum_by_exactly_zero(meshes, steps):
 
     def grad_sum(batch):
         state = core.init_accumulator(params)
-        state, _ = step.add_microbatch(state, params, shard_microbatch(batch, mesh))
+        key = jax.random.key(0)
+        state, _ = step.add_microbatch(state, params, {}, shard_microbatch(batch, mesh), key)
         return jax.device_get(state)
 
     padded, with_donors = grad_sum(microbatch), grad_sum(filled)
@@ -168,7 +182,7 @@ def test_sharded_noise_std_is_sigma_c_not_sigma_c_sqrt_devices(meshes):
         expected_lot_size=EXPECTED_LOT_SIZE,
     )
     microbatches = sharded_microbatches(lot_of(range(20)), meshes[8])
-    released = dp_lot_gradient(step, params, microbatches, jax.random.key(3))
+    released = training.lot_gradient(step, params, microbatches, jax.random.key(3))
     noise = np.asarray(released["big"], np.float64) * EXPECTED_LOT_SIZE
     stddev = NOISE_MULTIPLIER * L2_CLIP
     # sum(x^2) / s^2 ~ chi2(n) for zero-mean normal noise of std s; alpha = 1e-6.
@@ -188,7 +202,7 @@ def test_empty_lot_still_steps_and_only_noise_moves_params(meshes, steps):
     assert microbatches == []
     params = init_params()
     key = jax.random.key(9)
-    updated = sgd(params, dp_lot_gradient(steps[8], params, microbatches, key))
+    updated = sgd(params, training.lot_gradient(steps[8], params, microbatches, key))
     noise = core.add_gaussian_noise(
         jax.tree.map(jnp.zeros_like, params), NOISE_MULTIPLIER * L2_CLIP, key
     )
@@ -199,7 +213,7 @@ def test_empty_lot_still_steps_and_only_noise_moves_params(meshes, steps):
     noiseless = make_dp_lot_step(
         loss_fn, meshes[8], l2_clip=L2_CLIP, noise_multiplier=0.0, expected_lot_size=40
     )
-    unchanged = sgd(params, dp_lot_gradient(noiseless, params, [], key))
+    unchanged = sgd(params, training.lot_gradient(noiseless, params, [], key))
     chex.assert_trees_all_equal(unchanged, params)
 
 

@@ -104,6 +104,26 @@ class AddGaussianNoiseTest(parameterized.TestCase):
         self.assertNotEqual(core.fresh_seed(), core.fresh_seed())
 
 
+class SeedTest(absltest.TestCase):
+    def test_fresh_seeds_have_128_bits(self):
+        # 64 draws all below 2**120 has probability 2**-512 for a 128-bit seed.
+        seeds = [core.fresh_seed() for _ in range(64)]
+        self.assertGreater(max(seed.bit_length() for seed in seeds), 120)
+        self.assertLess(max(seeds), 2**128)
+
+    def test_key_depends_on_every_bit_of_a_big_seed(self):
+        """key_from_seed folded 63 bits into the key and refused larger seeds."""
+        seed = 2**127 + 0x5DEECE66D_0123_4567
+        key_data = np.asarray(jax.random.key_data(core.key_from_seed(seed)))
+        for bit in (0, 31, 32, 63, 64, 100, 127):
+            other = np.asarray(jax.random.key_data(core.key_from_seed(seed ^ 1 << bit)))
+            self.assertFalse(np.array_equal(key_data, other), f"bit {bit} is ignored")
+        again = np.asarray(jax.random.key_data(core.key_from_seed(seed)))
+        np.testing.assert_array_equal(key_data, again)  # A function of the seed.
+        with self.assertRaisesRegex(ValueError, "non-negative"):
+            core.key_from_seed(-1)
+
+
 class NoisyAverageTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_noise_is_drawn_once_on_the_accumulated_sum(self):

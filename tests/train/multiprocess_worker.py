@@ -4,8 +4,9 @@
 
 MODE `train`: a DP training of the shrunken tiny config (`small_config`) in
 WORKDIR, stopping after STOP_AFTER steps if given. MODE `release`: one sharded
-DP lot gradient of a linear loss, whose result process 0 saves to
-WORKDIR/release.npz. MODE `die`: the last process exits right after joining,
+DP lot gradient (`training.make_lot_step`, the step training runs) of a linear
+loss, whose result process 0 saves to WORKDIR/release.npz. MODE `die`: the last
+process exits right after joining,
 the others wait in a collective (they must fail, not hang). The caller sets
 XLA_FLAGS (devices per process) and PYTHONPATH (this worktree).
 """
@@ -40,18 +41,18 @@ def release(workdir: str):
     import jax
     import jax.numpy as jnp
     import numpy as np
+    import optax
 
-    from dpnmt import bridge, core
+    from dpnmt import bridge, core, training
 
     dim, rows = RELEASE_DIM, RELEASE_ROWS
     examples = release_examples()
     mesh = bridge.make_data_mesh()
-    step = bridge.make_dp_lot_step(
-        lambda params, example: jnp.dot(params["w"], example["x"]),
+    step = training.make_lot_step(  # The step dpnmt.train runs.
+        lambda params, example, _: jnp.dot(params["w"], example["x"]),
+        optax.identity(),
+        training.StepPrivacy(True, RELEASE_CLIP, RELEASE_SIGMA, RELEASE_LOT),
         mesh,
-        l2_clip=RELEASE_CLIP,
-        noise_multiplier=RELEASE_SIGMA,
-        expected_lot_size=RELEASE_LOT,
     )
     micro = {
         "x": examples,
@@ -60,7 +61,7 @@ def release(workdir: str):
     }
     params = jax.device_put({"w": jnp.zeros(dim)}, bridge.replicated_sharding(mesh))
     key = core.noise_key_for_step(core.key_from_seed(RELEASE_SEED), 0)
-    grad = bridge.dp_lot_gradient(step, params, [bridge.shard_microbatch(micro, mesh)], key)
+    grad = training.lot_gradient(step, params, [bridge.shard_microbatch(micro, mesh)], key)
     local = np.asarray(grad["w"].addressable_data(0))
     if distributed.is_primary():
         np.savez(f"{workdir}/release.npz", w=local)

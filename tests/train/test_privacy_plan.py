@@ -1,5 +1,7 @@
 """The PrivacyPlan: one (L, q, T, σ) for sampler and accountant; clear errors."""
 
+import math
+
 import dp_accounting
 import ml_collections
 import pytest
@@ -93,3 +95,56 @@ def test_nonprivate_plan_reports_infinite_epsilon():
     assert not plan.private and plan.noise_multiplier == 0.0
     assert plan.epsilon_after(plan.num_steps) == float("inf")
     assert isinstance(config, ml_collections.ConfigDict)
+
+
+def test_early_stopping_reports_epsilon_at_the_planned_steps_as_the_guarantee():
+    """The stop step is chosen from validation scores (adaptively): ε at it is no guarantee."""
+    dp, train = _configs(target_epsilon=2.0)
+    plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+    vocabulary = VocabularyRecord("pretrained", True)
+    stopped = plan.num_steps // 3
+    report = trainer.privacy_report(plan, stopped, vocabulary)
+    assert report["dp_sgd_epsilon"] == plan.epsilon_after(plan.num_steps)
+    assert report["total_epsilon"] == report["dp_sgd_epsilon"]
+    realised = report["epsilon_at_realised_stop_NOT_A_GUARANTEE"]
+    assert realised == plan.epsilon_after(stopped) < report["dp_sgd_epsilon"]
+    assert report["steps_done"] == stopped and report["steps_planned"] == plan.num_steps
+    finished = trainer.privacy_report(plan, plan.num_steps, vocabulary)
+    assert "epsilon_at_realised_stop_NOT_A_GUARANTEE" not in finished
+
+
+def test_report_states_what_is_assumed_public_and_the_adjacency():
+    vocabulary = VocabularyRecord("pretrained", True)
+    for sampling, words in (("poisson", "add/remove one"), ("shuffle", "replace one")):
+        dp, train = _configs(target_epsilon=2.0, sampling=sampling)
+        plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+        report = trainer.privacy_report(
+            plan, plan.num_steps, vocabulary, validation_is_private=True
+        )
+        assert words in report["adjacency"]
+        assert any(item.startswith("dataset_size") for item in report["assumed_public"])
+        assert report["validation_is_private"] is True
+
+
+def test_a_fixed_seed_plan_reports_infinite_epsilon_everywhere():
+    dp, train = _configs(target_epsilon=2.0, sampling="shuffle")
+    plan = privacy.plan_privacy(dp, train, dataset_size=5_000, seed_is_secret=False)
+    secret = privacy.plan_privacy(dp, train, dataset_size=5_000)
+    assert math.isinf(plan.epsilon_after(1)) and "fixed seed" in plan.bound
+    assert plan.poisson_figure_not_a_guarantee(plan.num_steps) is None
+    report = trainer.privacy_report(plan, plan.num_steps, VocabularyRecord("pretrained", True))
+    assert math.isinf(report["dp_sgd_epsilon"]) and math.isinf(report["total_epsilon"])
+    assert "fixed seed" in report["composition"]
+    assert report["epsilon_if_seed_were_secret_NOT_A_GUARANTEE"] == secret.epsilon_after(
+        plan.num_steps
+    )
+
+
+def test_rates_are_published_only_over_windows_of_at_least_50_lots():
+    window = trainer.RateWindow(start_step=10, start_time=100.0)
+    assert trainer.MIN_RATE_WINDOW_LOTS == 50
+    for step in range(11, 60):
+        assert window.update(step, 100.0 + (step - 10)) is None  # < 50 lots: nothing.
+    assert window.update(60, 125.0) == pytest.approx(50 / 25.0)
+    assert window.update(65, 126.0) == pytest.approx(2.0)  # Stale until the next window.
+    assert window.update(110, 135.0) == pytest.approx(50 / 10.0)

@@ -62,14 +62,16 @@ def test_saved_tokenizer_without_record_is_never_relearnt(tmp_path, monkeypatch)
 
 
 def test_checkpoint_does_not_hold_the_noise_seed(tmp_path):
-    """trainer._save writes the noise seed (and the sampler's generator state)
-    into the checkpoint's meta JSON beside the trained weights. Publishing the
-    checkpoint (the usual way to release a model) publishes the seed: anyone can
-    regenerate every step's noise (ε = ∞). The workdir's noise_seed.private is
-    already the resume source; meta only needs a fingerprint to compare."""
+    """trainer._save wrote the noise seed's unsalted sha256 into the checkpoint's
+    meta JSON beside the trained weights. Publishing the checkpoint (the usual
+    way to release a model) published a function of the seed (a fixed or
+    low-entropy seed falls to a dictionary search). Meta now holds only a random
+    run id, independent of the seed."""
+    import hashlib
+
     import jax.numpy as jnp
 
-    seed = 987654321012345
+    seed, run_id = 987654321012345, 2**100 + 17
     plan = privacy.plan_privacy(*_dp_train(target_epsilon=8.0), dataset_size=1_000)
     manager = checkpointing.make_manager(str(tmp_path))
     lots = types.SimpleNamespace(
@@ -84,20 +86,46 @@ def test_checkpoint_does_not_hold_the_noise_seed(tmp_path):
         {"w": jnp.zeros(3)},
         {"m": jnp.zeros(3)},
         lots,
-        seed,
+        run_id,
         best,
         [],
         plan,
         False,
     )
     manager.close()
+    legacy = hashlib.sha256(f"dpnmt-noise-seed:{seed}".encode()).hexdigest()
     found = []
     for folder, _, files in os.walk(tmp_path / checkpointing.CHECKPOINT_DIR):
         for name in files:
             with open(os.path.join(folder, name), "rb") as f:
-                if str(seed).encode() in f.read():
-                    found.append(os.path.join(folder, name))
+                data = f.read()
+            if str(seed).encode() in data or legacy.encode() in data:
+                found.append(os.path.join(folder, name))
+            assert b"noise_seed" not in data
     assert not found, f"noise seed stored in published checkpoint files: {found}"
+
+
+def test_resume_checks_the_run_id_and_still_accepts_old_seed_hashes(tmp_path):
+    """New meta holds the run id; meta written before it holds the old seed hash."""
+    seed, run_id = 12345, 99
+    trainer._check_checkpoint_binding({"run_id": "99"}, seed, run_id, str(tmp_path))
+    with pytest.raises(ValueError, match="run id differs"):
+        trainer._check_checkpoint_binding({"run_id": "98"}, seed, run_id, str(tmp_path))
+    old = {"noise_seed_sha256": trainer._legacy_seed_hash(seed)}
+    trainer._check_checkpoint_binding(old, seed, run_id, str(tmp_path))  # Resumes.
+    with pytest.raises(ValueError, match="noise seed differs"):
+        trainer._check_checkpoint_binding(old, seed + 1, run_id, str(tmp_path))
+
+
+def test_derived_seeds_keep_128_bits_and_every_bit_of_the_run_seed():
+    """_derived_seed returned 63 bits: the noise key, sampler and vocabulary noise
+    had at most 63 bits of secret however long the run seed."""
+    seed = 2**127 + 12345
+    for purpose in ("noise", "sampler", "vocabulary"):
+        derived = [trainer._derived_seed(seed + k * 2**100, purpose) for k in range(8)]
+        assert max(d.bit_length() for d in derived) > 120
+        assert len(set(derived)) == 8  # Bits above 64 of the run seed matter.
+    assert trainer._derived_seed(seed, "noise") != trainer._derived_seed(seed, "sampler")
 
 
 # --- Plan validation: fail at plan time, consistently with the bridge and core.

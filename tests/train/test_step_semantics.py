@@ -1,7 +1,8 @@
 """How the trainer uses dpnmt.core: one noisy release per lot, fixed divisor L,
 per-example losses that ignore padding and never couple examples.
 
-Uses `trainer.make_steps` on a tiny from-scratch T5 (two jit compiles).
+Uses `training.make_lot_step` (the step `dpnmt.train` runs) on a tiny from-scratch
+T5 on a one-device mesh (two jit compiles).
 """
 
 import types
@@ -12,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import bridge, config_lib, core, experiment, privacy, trainer
+from dpnmt import bridge, config_lib, core, experiment, privacy, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 
 SOURCE_LENGTH, TARGET_LENGTH, ROWS = 6, 5, 4
@@ -50,7 +51,12 @@ def tiny():
     model, model_config, params = experiment.build_model(config, tokenizer, jax.random.key(0))
     plan = _plan()
     tx = optax.sgd(1.0)
-    steps = trainer.make_steps(model, model_config, tx, plan)
+    steps = training.make_lot_step(
+        lambda p, example, key: training.example_loss(model, model_config, p, example, key),
+        tx,
+        training.StepPrivacy.from_plan(plan),
+        bridge.make_data_mesh(jax.devices()[:1]),
+    )
     return types.SimpleNamespace(params=params, steps=steps, tx=tx, plan=plan)
 
 

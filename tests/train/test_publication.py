@@ -1,0 +1,125 @@
+"""What a private run publishes (its workdir minus `private/`) on the shared WMT sample.
+
+One short DP run with a secret seed from the OS (about 60 lots of a tiny T5):
+no seed material anywhere published, no rate over fewer than 50 lots, exact
+counts of the private training split only in `private/`, and a privacy report
+that says what it assumes public and that validation was carved from train.
+"""
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+
+import pytest
+
+from dpnmt import trainer
+from tests.markers import needs_data
+from tests.train.test_end_to_end import small_config
+
+pytestmark = [pytest.mark.slow, needs_data]
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("secret")
+    c = small_config("eps8")
+    c.noise_seed, c.testing_only_fixed_noise_seed_NO_PRIVACY = None, False  # Seed from the OS.
+    c.data.max_train_examples = 240
+    c.data.max_source_length = c.data.max_target_length = 16
+    c.data.max_eval_examples = c.data.max_test_examples = 4
+    c.tokenizer.vocab_size = 300
+    c.model.d_model, c.model.d_ff, c.model.d_kv, c.model.num_heads = 32, 64, 8, 2
+    c.dp.target_epsilon, c.dp.noise_multiplier = None, 1.0  # No σ calibration (slow).
+    c.train.expected_lot_size = 4
+    c.train.physical_batch_size = 8
+    c.train.eval_every_steps = 0
+    c.train.checkpoint_every_steps = 20
+    c.train.log_every_steps = 5
+    c.eval.max_new_tokens = 4
+    handler, root = _Lines(), logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        results = trainer.train_and_evaluate(c, str(workdir))
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return workdir, results, handler.lines
+
+
+def _published_files(workdir):
+    for folder, dirs, files in os.walk(workdir):
+        dirs[:] = [d for d in dirs if d != trainer.PRIVATE_DIR]
+        for name in files:
+            yield os.path.join(folder, name)
+
+
+def test_nothing_published_holds_the_seed_or_a_hash_of_it(run):
+    workdir, results, lines = run
+    seed = int((workdir / trainer.PRIVATE_DIR / "noise_seed").read_text())
+    assert seed.bit_length() > 64  # 128 bits from the OS (2**-64 chance of a false fail).
+    secrets = {seed} | {trainer._derived_seed(seed, p) for p in ("noise", "sampler", "vocabulary")}
+    secrets.add(trainer._derived_seed(seed, "sampler") % 2**64)  # What torch is given.
+    needles = set()
+    for value in secrets:
+        needles |= {str(value), f"{value:x}", f"{value:X}"}
+        needles.add(value.to_bytes((value.bit_length() + 7) // 8, "little").hex())
+        needles.add(hashlib.sha256(str(value).encode()).hexdigest())
+        needles.add(hashlib.sha256(f"dpnmt-noise-seed:{value}".encode()).hexdigest())
+    binary = {value.to_bytes(16, "little") for value in secrets if value < 2**128}
+    files = list(_published_files(workdir))
+    kinds = {os.path.relpath(f, workdir).split(os.sep)[0] for f in files}
+    assert {"config.json", "results.json", "metrics.jsonl", "tensorboard", "checkpoints"} <= kinds
+    for path in files:
+        with open(path, "rb") as f:
+            data = f.read()
+        text = data.decode("latin-1")
+        for needle in needles:
+            assert needle not in text, f"{path} holds seed material"
+        for raw in binary:
+            assert raw not in data, f"{path} holds the seed's bytes"
+    assert not any(str(seed) in line for line in lines)  # Nor the log.
+    assert json.loads((workdir / "config.json").read_text())["noise_seed"] is None
+
+
+def test_no_rate_is_written_before_50_lots(run):
+    workdir, results, lines = run
+    assert results["steps_done"] >= 55
+    metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    rated = [m["step"] for m in metrics if "train/lots_per_second" in m]
+    logged = [m["step"] for m in metrics if "privacy/epsilon_spent" in m]
+    assert logged[:3] == [5, 10, 15]  # Progress is logged every 5 lots...
+    assert rated and min(rated) >= 50  # ...rates only once 50 lots have run.
+    progress = [line for line in lines if line.startswith("step ")]
+    early = [line for line in progress if int(re.match(r"step (\d+)/", line)[1]) < 50]
+    assert early and not any("lots/s" in line or "examples/s" in line for line in early)
+    assert results["seconds_per_epoch"] is not None  # >= 50 lots in this session.
+
+
+def test_private_counts_stay_private_and_the_report_states_its_assumptions(run):
+    workdir, results, _ = run
+    on_disk = json.loads((workdir / "results.json").read_text())
+    report = on_disk["privacy"]
+    assert math.isfinite(report["dp_sgd_epsilon"]) and report["dp_sgd_epsilon"] > 0
+    assert "add/remove one" in report["adjacency"]
+    assert any(item.startswith("dataset_size") for item in report["assumed_public"])
+    # The WMT sample has no validation file: validation is carved from train.
+    assert on_disk["validation_is_private"] is True and report["validation_is_private"] is True
+    assert on_disk["preprocessing"]["train"] == {"num_kept": report["dataset_size"]}
+    assert "validation" not in on_disk["preprocessing"]
+    exact = json.loads((workdir / trainer.PRIVATE_DIR / trainer.PREPROCESSING_FILE).read_text())
+    assert exact["train"]["num_kept"] == report["dataset_size"]
+    assert {"num_examples", "num_dropped", "num_source_truncated"} <= set(exact["train"])
