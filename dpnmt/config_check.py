@@ -24,7 +24,7 @@ from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
 
 CONFIG_FILE = "config.json"
-SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.grid.MANIFEST_FILE (not imported: flags).
+SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.sweeps.grid.MANIFEST_FILE (not imported: flags).
 CHECKPOINT_DIR = "checkpoints"  # dpnmt.checkpointing.CHECKPOINT_DIR.
 TOKENIZER_FILE = "tokenizer.model"  # dpnmt.experiment.TOKENIZER_FILE.
 METRICS_FILE = "metrics.jsonl"  # dpnmt.trainer.MetricsWriter's file.
