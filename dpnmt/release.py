@@ -17,10 +17,11 @@ from typing import Any
 
 import ml_collections
 
-from dpnmt import checkpointing, experiment, inference, model_card, trainer
+from dpnmt import checkpointing, experiment, model_card, trainer
 from dpnmt.data import hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
+from dpnmt.evaluation import decode as decode_lib
 
 SETTINGS_FILE = "dpnmt.json"
 CARD_FILE = "README.md"
@@ -91,8 +92,8 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         raise ValueError("Give exactly one of --workdir (a training run) or --model (an export).")
     if workdir is not None:
         require_trained_run(workdir)
-        config = inference.load_run_config(workdir)
-        tokenizer, model, model_config, params, _, _ = inference.load_trained(config, workdir)
+        config = decode_lib.load_run_config(workdir)
+        tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(config, workdir)
         settings = _settings(config)
     else:
         from dpnmt import models
@@ -146,11 +147,11 @@ def export_run(workdir: str, out_dir: str) -> str:
     require_trained_run(workdir)
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"--out={out_dir} is not empty; give a new or empty folder.")
-    config = inference.load_run_config(workdir)
+    config = decode_lib.load_run_config(workdir)
     tokenizer, vocabulary = experiment.build_tokenizer(
         config, None, workdir, noise_seed=None, learn=False
     )
-    _, _, model_config, params, plan, steps_done = inference.load_trained(config, workdir)
+    _, _, model_config, params, plan, steps_done = decode_lib.load_trained(config, workdir)
     results = _read_results(workdir)
     if results is not None and results.get("finished") and "privacy" in results:
         privacy = results["privacy"]

@@ -37,6 +37,8 @@ from dpnmt import (
     training,
 )
 from dpnmt.errors import ConfigError
+from dpnmt.evaluation import evaluator as evaluator_lib
+from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training.steps import example_loss, make_optimizer  # noqa: F401 (re-exported)
 
 CONFIG_FILE = "config.json"
@@ -48,16 +50,6 @@ NOT_BINDING_CONFIG_FIELDS = config_check.NOT_BINDING_FIELDS
 # Rates (lots/s, examples/s, s/epoch) are published only as means over at least
 # this many lots: a shorter window could time one lot (how many micro-batches it took).
 MIN_RATE_WINDOW_LOTS = 50
-
-
-def _examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
-    return bridge.TokenizedExamples(
-        split["input_ids"],
-        split["labels"],
-        max_source_length=config.data.max_source_length,
-        max_target_length=config.data.max_target_length,
-        pad_id=pad_id,
-    )
 
 
 def tokenize_splits(config, corpus, tokenizer):
@@ -74,7 +66,8 @@ def tokenize_splits(config, corpus, tokenizer):
     """
     if not experiment.tokenizes_train_per_lot(config):
         tokenized, stats = experiment.tokenize_corpus(config, corpus, tokenizer)
-        return tokenized, _examples(tokenized["train"], config, tokenizer.pad_id), stats.splits
+        examples = tokenized_examples(tokenized["train"], config, tokenizer.pad_id)
+        return tokenized, examples, stats.splits
     evaluation_splits = datasets.DatasetDict({k: v for k, v in corpus.items() if k != "train"})
     tokenized, stats = experiment.tokenize_corpus(config, evaluation_splits, tokenizer)
     train, train_stats = experiment.tokenize_train_on_demand(config, corpus["train"], tokenizer)
@@ -397,7 +390,7 @@ def train_and_evaluate(
     # Every process evaluates on its own devices (identical results, no
     # cross-process traffic); process 0 alone writes them.
     local_mesh = distributed.local_mesh()
-    evaluator = Evaluator(
+    evaluator = evaluator_lib.Evaluator(
         config,
         model,
         model_config,
@@ -769,100 +762,3 @@ def _save(
         {"trainable": trainable, "opt_state": opt_state},
         json.loads(json.dumps(meta, default=_json_default)),
     )
-
-
-class Evaluator:
-    """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
-
-    def __init__(self, config, model, model_config, tokenizer, tokenized, corpus, eval_loss, mesh):
-        """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None."""
-        self._config = config
-        self._model = model
-        self._tokenizer = tokenizer
-        self._tokenized = tokenized
-        self._corpus = corpus
-        self._eval_loss = eval_loss
-        self._mesh = mesh
-        self._gen = models.decoding.from_model_config(
-            model_config,
-            config.eval.max_new_tokens,
-            num_beams=config.eval.num_beams,
-            length_penalty=config.eval.length_penalty,
-        )
-        self._target = experiment.parse_pair(config.data.pair).target
-
-    def _split(self, name: str, limit: int | None):
-        split = self._tokenized[name]
-        if limit is not None and limit < len(split):
-            split = split.select(range(limit))
-        originals = self._corpus[name]["translation"]
-        references = [originals[i][self._target] for i in split["example_index"]]
-        return split, references
-
-    def _loss(self, params, split) -> float:
-        examples = _examples(split, self._config, self._tokenizer.pad_id)
-        lot = bridge.Lot(
-            np.arange(len(examples), dtype=np.int64),
-            examples.__getitems__(list(range(len(examples)))).fields,
-        )
-        total, count = 0.0, 0
-        for micro in bridge.to_microbatches(
-            lot, self._config.train.physical_batch_size, pad_values=examples.pad_values
-        ):
-            loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
-            total, count = total + float(loss_sum), count + int(n)
-        return total / max(count, 1)
-
-    def translate(self, params, name: str, limit: int | None) -> tuple[list[str], list[str]]:
-        """(hypotheses by generation, references) for the first `limit` pairs of a split."""
-        from dpnmt import evaluation
-
-        split, references = self._split(name, limit)
-        hypotheses = evaluation.translate(
-            self._model,
-            params,
-            self._tokenizer,
-            list(split["input_ids"]),
-            gen=self._gen,
-            batch_size=self._config.eval.batch_size,
-            max_source_length=self._config.data.max_source_length,
-        )
-        return hypotheses, references
-
-    def scores(self, hypotheses, references, *, bertscore: bool) -> dict:
-        """SacreBLEU (score, signature), chrF and optionally BERTScore."""
-        from dpnmt import evaluation
-
-        kwargs = dict(detokenize=self._config.data.detokenize, target_lang=self._target)
-        bleu = evaluation.corpus_bleu(hypotheses, references, **kwargs)
-        chrf = evaluation.corpus_chrf(hypotheses, references, **kwargs)
-        out = {
-            "bleu": bleu["score"],
-            "bleu_signature": bleu["signature"],
-            "chrf": chrf["score"],
-            "num_sentences": len(hypotheses),
-        }
-        if bertscore:
-            hyp, ref = hypotheses, references
-            if self._config.data.detokenize:
-                hyp = evaluation.detokenize_moses(hyp, lang=self._target)
-                ref = evaluation.detokenize_moses(ref, lang=self._target)
-            out["bertscore"] = evaluation.bertscore(
-                hyp, ref, model_type=self._config.eval.bertscore_model, lang=self._target
-            )
-        return out
-
-    def validation(self, params) -> dict:
-        """Validation loss and BLEU on the first `data.max_eval_examples` pairs."""
-        params = distributed.to_local(params, self._mesh)
-        limit = self._config.data.max_eval_examples
-        hypotheses, references = self.translate(params, "validation", limit)
-        split, _ = self._split("validation", limit)
-        scores = self.scores(hypotheses, references, bertscore=False)
-        return {"loss": self._loss(params, split), "bleu": scores["bleu"], "chrf": scores["chrf"]}
-
-    def test(self, params) -> dict:
-        """Test-split scores (BERTScore if `eval.bertscore`)."""
-        params = distributed.to_local(params, self._mesh)
-        hypotheses, references = self.translate(params, "test", self._config.data.max_test_examples)
-        return self.scores(hypotheses, references, bertscore=self._config.eval.bertscore)

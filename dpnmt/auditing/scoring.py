@@ -5,12 +5,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from dpnmt import inference, models, training
+from dpnmt import models, training
 from dpnmt.auditing import canaries as canary_lib
 from dpnmt.auditing.options import AuditOptions
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.data import preprocess
 from dpnmt.data.languages import parse_pair
+from dpnmt.evaluation import decode as decode_lib
 
 
 class LogLikelihoodScorer:
@@ -92,7 +93,7 @@ def score_canaries(
     """
     from dpnmt import evaluation
 
-    tokenizer, model, model_config, params, _, _ = inference.load_trained(config, workdir)
+    tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(config, workdir)
     scorer = LogLikelihoodScorer(model, model_config, params, config, tokenizer.pad_id)
     prefix = _source_prefix(config)
     max_source, max_target = config.data.max_source_length, config.data.max_target_length

@@ -13,7 +13,8 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpnmt import inference, trainer
+from dpnmt import trainer
+from dpnmt.evaluation import decode as decode_lib
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -108,8 +109,8 @@ def test_resume_continues_the_same_run(poisson_runs):
     whole, split, results, partial, resumed = poisson_runs
     assert not partial["finished"] and partial["steps_done"] == 5
     assert resumed["finished"] and resumed["steps_done"] == results["steps_done"]
-    params_whole, _, _ = inference.load_trained_params(str(whole))
-    params_split, _, _ = inference.load_trained_params(str(split))
+    params_whole, _, _ = decode_lib.load_trained_params(str(whole))
+    params_split, _, _ = decode_lib.load_trained_params(str(split))
     chex.assert_trees_all_close(params_whole, params_split, rtol=1e-5, atol=1e-6)
     assert resumed["privacy"]["dp_sgd_epsilon"] == results["privacy"]["dp_sgd_epsilon"]
 
@@ -124,8 +125,8 @@ def test_workdir_with_a_different_config_is_refused(poisson_runs):
 
 def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
     whole = poisson_runs[0]
-    results = inference.decode_and_score(
-        inference.load_run_config(str(whole)), str(whole), split="test", max_examples=8
+    results = decode_lib.decode_and_score(
+        decode_lib.load_run_config(str(whole)), str(whole), split="test", max_examples=8
     )
     out = whole / "decode_test"
     assert len((out / "hypotheses.test.txt").read_text().splitlines()) == 8
@@ -139,7 +140,7 @@ def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
 
 def test_decode_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
-        inference.load_run_config(str(tmp_path))
+        decode_lib.load_run_config(str(tmp_path))
 
 
 def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):

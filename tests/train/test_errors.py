@@ -4,8 +4,9 @@ import os
 
 import pytest
 
-from dpnmt import config_check, config_lib, experiment, inference, trainer
+from dpnmt import config_check, config_lib, experiment, trainer
 from dpnmt.errors import ConfigError, InputError
+from dpnmt.evaluation import decode as decode_lib
 
 ROWS = [(f"Satz Nummer {i} hier", f"Sentence number {i} here") for i in range(120)]
 
@@ -168,12 +169,12 @@ def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
 
 def test_decode_of_a_folder_without_a_run_is_refused(tmp_path):
     with pytest.raises(InputError, match="config.json.*--zero_shot"):
-        inference.load_run_config(str(tmp_path))
+        decode_lib.load_run_config(str(tmp_path))
 
 
 def test_decode_without_a_checkpoint_names_the_real_flag(tmp_path):
     with pytest.raises(InputError, match="--zero_shot") as error:
-        inference.restore_params(config_lib.base_config(), str(tmp_path), {})
+        decode_lib.restore_params(config_lib.base_config(), str(tmp_path), {})
     assert "--pretrained" not in str(error.value)
 
 

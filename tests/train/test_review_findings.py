@@ -32,7 +32,7 @@ def _corpus(num_pairs=400):
 
 
 def test_saved_tokenizer_without_record_is_never_relearnt(tmp_path, monkeypatch):
-    """inference.decode_and_score only checks tokenizer.model exists, then calls
+    """dpnmt.evaluation.decode.decode_and_score only checks tokenizer.model exists, then calls
     build_tokenizer(noise_seed=0): if vocabulary.json is missing, the DP
     vocabulary is LEARNT AGAIN from the private train split (spending privacy
     again, with the fixed public seed 0) and OVERWRITES the run's tokenizer.model,

@@ -16,6 +16,7 @@ import ml_collections
 from dpnmt import bridge, checkpointing, config_lib, experiment, models, privacy, trainer
 from dpnmt.data import tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
+from dpnmt.evaluation import evaluator as evaluator_lib
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
@@ -103,7 +104,7 @@ def decode_and_score(
             vocabulary,
             validation_is_private=experiment.validation_is_carved_from_train(corpus),
         )
-    evaluator = trainer.Evaluator(
+    evaluator = evaluator_lib.Evaluator(
         config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
     )
     hypotheses, references = evaluator.translate(params, split, max_examples)
