@@ -15,17 +15,19 @@ import datasets
 import ml_collections
 import numpy as np
 
-from dpnmt import trainer
 from dpnmt.auditing import canaries as canary_lib
 from dpnmt.auditing.options import AuditOptions
 from dpnmt.auditing.scoring import score_canaries
 from dpnmt.auditing.statistics import UNTESTABLE, audit_plan, forecast_claim, membership_audit
 from dpnmt.data.languages import parse_pair
+from dpnmt.training import loop
+from dpnmt.training.privacy_report import PrivacyReport
+from dpnmt.training.run_dir import RunDir, write_json
 
 AUDIT_FILE = "audit.json"
 PLOT_FILE = "audit_scores.png"
-CANARY_FILE = "canaries.json"  # Under trainer.PRIVATE_DIR: secrets and membership.
-CANARY_SCORES_FILE = "audit_canaries.json"  # Under trainer.PRIVATE_DIR.
+CANARY_FILE = "canaries.json"  # Under private/: secrets and membership.
+CANARY_SCORES_FILE = "audit_canaries.json"  # Under private/.
 
 
 def canary_seed_and_list(workdir: str, options: AuditOptions, seed: int | None):
@@ -39,7 +41,7 @@ def canary_seed_and_list(workdir: str, options: AuditOptions, seed: int | None):
     Returns:
       (seed, list of `canaries.Canary`).
     """
-    path = os.path.join(workdir, trainer.PRIVATE_DIR, CANARY_FILE)
+    path = RunDir(workdir).private_file(CANARY_FILE)
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
@@ -88,7 +90,7 @@ def add_pairs_to_train(pairs: list[tuple[str, str]], pair: str):
     return transform
 
 
-def summarize(rows: list[dict], options: AuditOptions, privacy: dict) -> dict:
+def summarize(rows: list[dict], options: AuditOptions, privacy: PrivacyReport) -> dict:
     """The public audit report from the private per-canary rows and the run's privacy report."""
     inserted = [r for r in rows if r["inserted"]]
     held_out = [r for r in rows if not r["inserted"]]
@@ -107,8 +109,7 @@ def summarize(rows: list[dict], options: AuditOptions, privacy: dict) -> dict:
         }
 
     # total_epsilon is inf for a non-private run or a vocabulary outside the guarantee.
-    claimed_epsilon = privacy["total_epsilon"] if privacy["private"] else math.inf
-    claimed_delta = privacy.get("total_delta", privacy["dp_sgd_delta"])
+    claimed_epsilon, claimed_delta = privacy.claimed
     membership = membership_audit(
         np.array([r["log_likelihood"] for r in inserted]),
         np.array([r["log_likelihood"] for r in held_out]),
@@ -124,12 +125,12 @@ def summarize(rows: list[dict], options: AuditOptions, privacy: dict) -> dict:
         "inserted": group(inserted),
         "held_out": group(held_out),
         "privacy": {
-            "dp_sgd_epsilon": privacy["dp_sgd_epsilon"],
-            "dp_sgd_delta": privacy["dp_sgd_delta"],
-            "total_epsilon": privacy["total_epsilon"],
-            "total_delta": privacy.get("total_delta"),
-            "sampling": privacy["sampling"],
-            "bound": privacy["bound"],
+            "dp_sgd_epsilon": privacy.dp_sgd_epsilon,
+            "dp_sgd_delta": privacy.dp_sgd_delta,
+            "total_epsilon": privacy.total_epsilon,
+            "total_delta": privacy.total_delta,
+            "sampling": privacy.sampling,
+            "bound": privacy.bound,
         },
         "score": "log p(target | source) in nats by teacher forcing (eos included)",
         "note": "exposure: log2(#candidates) - log2(rank of the secret), ties against it; "
@@ -200,11 +201,11 @@ def run_audit(
     transform = add_pairs_to_train(
         canary_lib.training_pairs(canaries, options.repeats), config.data.pair
     )
-    results = trainer.train_and_evaluate(config, workdir, corpus_transform=transform)
+    results = loop.train_and_evaluate(config, workdir, corpus_transform=transform)
     rows = score_canaries(config, workdir, canaries, options, seed)
-    report = summarize(rows, options, results["privacy"])
-    trainer.write_json(os.path.join(workdir, trainer.PRIVATE_DIR, CANARY_SCORES_FILE), rows)
-    trainer.write_json(os.path.join(workdir, AUDIT_FILE), report)
+    report = summarize(rows, options, PrivacyReport.from_json(results["privacy"]))
+    RunDir(workdir).write_private_json(CANARY_SCORES_FILE, rows)
+    write_json(os.path.join(workdir, AUDIT_FILE), report)
     plot_scores(rows, report, os.path.join(workdir, PLOT_FILE))
     logging.info(
         "Audit: AUC %.3f, ε lower bound %.3g (%.0f%%), exposure inserted %.2f vs held-out "

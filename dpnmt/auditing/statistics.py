@@ -347,7 +347,7 @@ def forecast_claim(config: ml_collections.ConfigDict) -> tuple[float | None, flo
 
     DP-SGD's ε is the config's target (σ is calibrated to it; the plan's ε is
     at most that); a DP-SentencePiece vocabulary adds its ε and δ as the
-    trainer's report composes them. The final verdict uses the trained run's
+    training report composes them (`PrivacyReport`). The final verdict uses the trained run's
     reported claim, not this.
 
     Returns:

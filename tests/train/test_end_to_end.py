@@ -13,8 +13,8 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpnmt import trainer
 from dpnmt.evaluation import decode as decode_lib
+from dpnmt.training import loop
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -72,9 +72,9 @@ def poisson_runs(tmp_path_factory):
     whole = tmp_path_factory.mktemp("whole")
     split = tmp_path_factory.mktemp("split")
     config = small_config("eps8")
-    results = trainer.train_and_evaluate(config, str(whole))
-    partial = trainer.train_and_evaluate(small_config("eps8"), str(split), stop_after_steps=5)
-    resumed = trainer.train_and_evaluate(small_config("eps8"), str(split))
+    results = loop.train_and_evaluate(config, str(whole))
+    partial = loop.train_and_evaluate(small_config("eps8"), str(split), stop_after_steps=5)
+    resumed = loop.train_and_evaluate(small_config("eps8"), str(split))
     return whole, split, results, partial, resumed
 
 
@@ -120,7 +120,7 @@ def test_workdir_with_a_different_config_is_refused(poisson_runs):
     other = small_config("eps8")
     other.train.learning_rate = 0.5
     with pytest.raises(ValueError, match="different config.*learning_rate"):
-        trainer.train_and_evaluate(other, str(whole))
+        loop.train_and_evaluate(other, str(whole))
 
 
 def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
@@ -144,7 +144,7 @@ def test_decode_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
-    results = trainer.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
+    results = loop.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
     report = results["privacy"]
     assert report["sampling"] == "shuffle" and "replace one" in report["adjacency"]
     assert report["steps_done"] == 600 // 48  # One epoch of full lots.
@@ -158,7 +158,7 @@ def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
 def test_nonprivate_run_learns(tmp_path):
     config = small_config("nonprivate")
     config.train.num_epochs = 3
-    results = trainer.train_and_evaluate(config, str(tmp_path))
+    results = loop.train_and_evaluate(config, str(tmp_path))
     assert not results["privacy"]["private"]
     assert math.isinf(results["privacy"]["dp_sgd_epsilon"])
     start = results["history"][0]
