@@ -438,8 +438,8 @@ def workdir_problems(
         existing = os.path.dirname(existing.rstrip(os.sep)) or "."
     if not os.access(existing, os.W_OK):
         return [f"--workdir={workdir} is not writable ({existing}); choose another folder."]
-    if config is not None:
-        changed = binding_changes(workdir, config)
+    if config is not None:  # config.json holds the published config (no noise seed).
+        changed = binding_changes(workdir, config_lib.published_config(config))
         if changed:
             return [
                 f"--workdir={workdir} holds a run with a different config (fields differ: "

@@ -68,7 +68,7 @@ def base_config() -> ml_collections.ConfigDict:
     # rebuilds every noise draw (true ε = ∞).
     c.noise_seed = config_dict.placeholder(int)  # Never published (kept in private/).
     # Tests only: allow a fixed noise_seed in a private run; every report then says ε = ∞.
-    c.testing_only_fixed_noise_seed_NO_PRIVACY = False
+    c.testing_only_fixed_noise_seed_NO_PRIVACY = False  # Tests only (see the line above).
 
     c.data = ml_collections.ConfigDict()
     c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
