@@ -14,7 +14,7 @@ import os
 import ml_collections
 import numpy as np
 
-from dpnmt import core
+from dpnmt import config_lib, core
 from dpnmt.errors import ConfigError
 
 CONFIG_FILE = "config.json"
@@ -94,7 +94,7 @@ class RunDir:
         return self.file(RESULTS_FILE)
 
     def bind_config(self, config: ml_collections.ConfigDict) -> None:
-        """Writes the resolved config, or refuses a workdir made by a different one.
+        """Writes the published config (noise seed removed), or refuses a workdir made by another.
 
         A workdir is bound to its config once it holds a checkpoint; one holding
         only a learnt vocabulary is bound in the fields the vocabulary depends on
@@ -104,6 +104,7 @@ class RunDir:
         # Deferred: config_check reads this module's file names.
         from dpnmt import config_check
 
+        config = config_lib.published_config(config)  # config.json never holds the seed.
         problems = config_check.workdir_problems(self.path, config)
         config_check.raise_problems(problems)
         resolved = json.loads(config.to_json_best_effort())

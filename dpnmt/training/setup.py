@@ -170,7 +170,7 @@ def build_run(
         "validating the config",
     )
     distributed.on_primary(
-        lambda: run_dir.bind_config(config_lib.published_config(config)),
+        lambda: run_dir.bind_config(config),
         "checking the workdir's config",
     )
     manager = checkpointing.make_manager(workdir)
