@@ -23,6 +23,7 @@ import pytest
 from scipy import stats
 
 from dpnmt import distributed, inference
+from tests.conftest import COLLECTIVE_TIMEOUT_FLAGS
 from tests.markers import needs_data
 from tests.train import multiprocess_worker as worker
 
@@ -41,7 +42,9 @@ def _free_port() -> int:
 
 def _start(mode, num_processes, devices_each, workdir, *extra):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_each}"
+    env["XLA_FLAGS"] = " ".join(
+        (f"--xla_force_host_platform_device_count={devices_each}", *COLLECTIVE_TIMEOUT_FLAGS)
+    )
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     port = str(_free_port())
