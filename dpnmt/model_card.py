@@ -32,7 +32,7 @@ _PRIVACY_KEYS = {
     "steps_done": "steps done",
     "steps_planned": "steps planned",
     "composition": "composition",
-    "validation_is_private": "validation data protected",
+    "validation_is_private": "validation carved from the private training data (NOT covered)",
     "assumed_public": "assumed public",
 }
 # Never printed, even if a future results.json carried them.

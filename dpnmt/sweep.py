@@ -73,7 +73,7 @@ def main(argv):
     if pending:
         print(f"Stopped after --max_runs={_MAX_RUNS.value}; rerun to continue.", flush=True)
     if failed:
-        sys.exit("Some runs failed (their logs: <run>/train.log; tails in sweep.json).")
+        sys.exit("Some runs failed (their logs: <run>/private/train.log; tails in sweep.json).")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,16 @@ here, before any test module imports jax.
 
 import os
 
-_DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
-if _DEVICE_FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICE_FLAG).strip()
+# 8 host devices; and a patient CPU collective rendezvous: its default aborts the
+# whole process when 8 device threads on a loaded 2-core machine join an
+# all-reduce more than 40 s apart (seen here while other jobs ran).
+COLLECTIVE_TIMEOUT_FLAGS = (
+    "--xla_cpu_collective_timeout_seconds=1200",
+    "--xla_cpu_collective_call_terminate_timeout_seconds=1200",
+)
+for _flag in ("--xla_force_host_platform_device_count=8", *COLLECTIVE_TIMEOUT_FLAGS):
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -32,6 +32,9 @@ def run(tmp_path_factory):
     """(workdir, export dir, card) of a finished 2-step run."""
     workdir = tmp_path_factory.mktemp("run")
     config = small_config("eps8")
+    # A real private run: the secret seed drawn from the OS, so ε is finite.
+    config.noise_seed = None
+    config.testing_only_fixed_noise_seed_NO_PRIVACY = False
     config.data.max_train_examples = 96
     config.data.max_eval_examples = config.data.max_test_examples = 4
     config.model.d_model, config.model.d_ff, config.model.d_kv = 32, 64, 8

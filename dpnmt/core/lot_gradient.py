@@ -5,6 +5,7 @@ from typing import Any
 
 import chex
 import jax
+import jax.numpy as jnp
 
 from dpnmt.core import accumulation, private_grad, sampling
 
@@ -31,7 +32,11 @@ def private_lot_gradient(
     runs the same program: only the loop's trip count depends on it.
 
     Formal guarantee: that of `noisy_average`, for a lot from `poisson_lot`
-    or `shuffled_lots` (each example at most once, padding masked).
+    or `shuffled_lots` (each example at most once, padding masked). A lot that
+    overflowed its capacity (`lot.overflow`, from `on_overflow="flag"`) was
+    truncated: it is neither Poisson nor of sensitivity C, so its gradient is
+    all NaN, never a releasable value (choose `lot_capacity` so that overflow
+    has probability far below δ).
 
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example.
@@ -49,7 +54,8 @@ def private_lot_gradient(
         one every step; never the noise key.
 
     Returns:
-      Pytree like `params`: the noisy average gradient of the lot.
+      Pytree like `params`: the noisy average gradient of the lot (NaN if the
+      lot overflowed).
     """
 
     def body(k, acc):
@@ -61,4 +67,5 @@ def private_lot_gradient(
         return accumulation.accumulate(acc, grad_sum, lot.mask[k].sum().astype("int32"))
 
     acc = jax.lax.fori_loop(0, lot.num_microbatches, body, accumulation.init_accumulator(params))
-    return accumulation.noisy_average(acc, key, noise_multiplier, l2_clip, expected_lot_size)
+    grad = accumulation.noisy_average(acc, key, noise_multiplier, l2_clip, expected_lot_size)
+    return jax.tree_util.tree_map(lambda g: jnp.where(lot.overflow, jnp.nan, g), grad)

@@ -3,8 +3,10 @@
 Nothing here writes a file: the warnings go to the log (stderr) of the person
 running the job. They use only what is public or already reported: the
 vocabulary's size (the vocabulary itself is released), the count of truncated
-training examples (in results.json, marked outside the guarantee), and length
-percentiles of the VALIDATION split. Length statistics of the private train
+training examples (exact counts are private: results.json omits them and keeps
+them in private/preprocessing.json; this log is the operator's, and a sweep
+writes it to the run's private/train.log), and length percentiles of the
+VALIDATION split. Length statistics of the private train
 split are themselves private: they are never computed here.
 """
 

@@ -18,7 +18,9 @@ from ml_collections import config_flags
 from dpnmt import config_lib
 
 MANIFEST_FILE = "sweep.json"
-TRAIN_LOG = "train.log"
+# The run's output, in its private/ folder: log lines carry timestamps, which
+# would time every few lots (the realised lot sizes), and the command line.
+TRAIN_LOG = os.path.join("private", "train.log")
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 INTERRUPTED = "interrupted"  # The sweep was stopped while this run trained.
 # Fields a grid cell sets: overriding them would make the run's folder name lie.

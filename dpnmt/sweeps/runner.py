@@ -38,7 +38,7 @@ def _log_tail(path: str, offset: int) -> str:
 
 
 def train_one(command: list[str], run_dir: str, env: dict) -> tuple[int, str]:
-    """Runs one training process, its output appended to `run_dir/train.log`.
+    """Runs one training process, its output appended to `run_dir/private/train.log`.
 
     The run's lock file stays locked while the process lives (it inherits the
     descriptor), so a second sweep never trains the same folder at once, even
@@ -56,6 +56,7 @@ def train_one(command: list[str], run_dir: str, env: dict) -> tuple[int, str]:
         except BlockingIOError:
             return -1, f"{run_dir} is locked: another process is training it; wait or stop it."
         log_path = os.path.join(run_dir, grid.TRAIN_LOG)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, "ab") as log:
             offset = log.tell()
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())

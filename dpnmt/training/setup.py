@@ -269,9 +269,8 @@ def build_run(
     # the sampler is seeded from the private run seed, never from the public
     # config.seed. Lots are drawn over indices only (identically on every
     # process); each process then fetches just the rows its devices hold.
-    # torch.Generator takes 64 bits: the most a seeded sampler can use
-    # (dp.secure_rng draws lots from the OS instead).
-    sampler_seed = derived_seed(noise_seed, "sampler") % 2**64
+    # The samplers take every bit of the 128-bit derived seed (numpy PCG64).
+    sampler_seed = derived_seed(noise_seed, "sampler")
     lot_indices = bridge.IndexOnly(train_examples)
     if plan.sampling == privacy.POISSON:
         lots = bridge.PoissonLots(

@@ -232,3 +232,26 @@ def test_bfloat16_accumulator_keeps_sensitivity_at_most_clip():
 
 if __name__ == "__main__":
     absltest.main()
+
+
+class OverflowedLotTest(absltest.TestCase):
+    def test_an_overflowed_lot_gives_nan_never_a_releasable_gradient(self):
+        data = {"x": jnp.ones((64, 3), jnp.float32)}
+        params = {"w": jnp.ones((3,), jnp.float32)}
+        # q = 1 puts all 64 examples in a lot with room for 8: truncated.
+        lot = core.poisson_lot(
+            jax.random.key(0), 64, 1.0, microbatch_size=4, max_microbatches=2, on_overflow="flag"
+        )
+        self.assertTrue(bool(lot.overflow))
+        grad = core.private_lot_gradient(
+            lambda p, ex: jnp.sum(ex["x"] * p["w"]),
+            params,
+            data,
+            lot,
+            jax.random.key(1),
+            l2_clip=1.0,
+            noise_multiplier=1.0,
+            expected_lot_size=8.0,
+            clipping_method="vmap",
+        )
+        self.assertTrue(bool(jnp.all(jnp.isnan(grad["w"]))))

@@ -82,6 +82,19 @@ class PoissonMaskTest(parameterized.TestCase):
         table = [[np.sum(~now & ~nxt), np.sum(~now & nxt)], [np.sum(now & ~nxt), np.sum(now & nxt)]]
         self.assertLess(scipy.stats.chi2_contingency(table).pvalue, ALPHA)
 
+    @parameterized.parameters(1.0001 * 2.0**-23, 1e-6, 0.3, 0.5, 1.0)
+    def test_inclusion_is_a_64_bit_word_below_floor_q_2_64(self, sampling_rate):
+        # The probability is exactly floor(q·2^64)/2^64 <= q. A float32 uniform
+        # (jax.random.bernoulli) rounds q UP to its 2^-23 grid: 2q for the first
+        # rate, so the accountant's q would understate the sampling that ran.
+        key = jax.random.key(3)
+        mask = np.asarray(core.poisson_mask(key, 4096, sampling_rate))
+        words = np.asarray(jax.random.bits(key, (4096, 2), jnp.uint32)).astype(np.uint64)
+        values = [int(hi) << 32 | int(lo) for hi, lo in words]
+        threshold = int(sampling_rate * 2.0**64)
+        np.testing.assert_array_equal(mask, [v < threshold for v in values])
+        self.assertLessEqual(threshold / 2.0**64, sampling_rate)
+
     def test_rejects_bad_rates(self):
         with self.assertRaisesRegex(ValueError, "sampling_rate"):
             core.poisson_mask(jax.random.key(0), 10, 1.5)

@@ -24,6 +24,7 @@ from scipy import stats
 
 from dpnmt import distributed
 from dpnmt.evaluation import decode as decode_lib
+from tests.conftest import COLLECTIVE_TIMEOUT_FLAGS
 from tests.markers import needs_data
 from tests.train import multiprocess_worker as worker
 
@@ -42,7 +43,9 @@ def _free_port() -> int:
 
 def _start(mode, num_processes, devices_each, workdir, *extra):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_each}"
+    env["XLA_FLAGS"] = " ".join(
+        (f"--xla_force_host_platform_device_count={devices_each}", *COLLECTIVE_TIMEOUT_FLAGS)
+    )
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     port = str(_free_port())

@@ -113,6 +113,9 @@ def test_resumed_sweep_finishes_the_grid_without_redoing_finished_runs(micro_gri
     # The interrupted run resumed from its step-2 checkpoint, not from scratch.
     log = (workdir / SPECS[3].name / grid.TRAIN_LOG).read_text()
     assert "Resumed from step 2." in log
+    # Its timestamped lines stay private: nothing outside private/ holds the log.
+    assert grid.TRAIN_LOG.startswith("private")
+    assert not list((workdir / SPECS[3].name).glob("*.log"))
 
 
 def test_every_run_draws_its_own_secret_noise_seed(micro_grid):
