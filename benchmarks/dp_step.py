@@ -84,7 +84,7 @@ def _jax_cell(model_name: str, batch: int, seq: int, mode: str):
     import jax
     import jax.numpy as jnp
 
-    from dpnmt import core, models, trainer
+    from dpnmt import core, models, training
     from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 
     spec = MODELS[model_name]
@@ -113,7 +113,7 @@ def _jax_cell(model_name: str, batch: int, seq: int, mode: str):
     mask = jnp.ones((batch,), jnp.float32)
 
     def loss_fn(p, example, key):
-        return trainer.example_loss(model, config, models.merge_params(p, frozen), example, key)
+        return training.example_loss(model, config, models.merge_params(p, frozen), example, key)
 
     def step(p, data, key):
         grad_key, noise_key = jax.random.split(key)

@@ -19,7 +19,8 @@ canaries. Logic: `dpnmt.auditing`.
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import auditing, canaries, cli, config_check
+from dpnmt import auditing, cli, config_check
+from dpnmt.auditing import canaries
 
 _DEFAULTS = auditing.AuditOptions()
 _CONFIG = config_flags.DEFINE_config_file(

@@ -22,12 +22,9 @@ import ml_collections
 from dpnmt import config_lib, core, privacy
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
+from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE
 
-CONFIG_FILE = "config.json"
-SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.grid.MANIFEST_FILE (not imported: flags).
-CHECKPOINT_DIR = "checkpoints"  # dpnmt.checkpointing.CHECKPOINT_DIR.
-TOKENIZER_FILE = "tokenizer.model"  # dpnmt.experiment.TOKENIZER_FILE.
-METRICS_FILE = "metrics.jsonl"  # dpnmt.trainer.MetricsWriter's file.
+SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.sweeps.grid.MANIFEST_FILE (not imported: flags).
 
 TOKENIZER_KINDS = (
     "auto",
@@ -57,7 +54,7 @@ CORPUS_OPTION_FIELDS = {
 }
 # A learnt vocabulary depends on these (prefixes end in "."): the train text
 # (corpus, pair, folder, carving, truncation to K pairs), how it is learnt, and
-# its noise seed (`experiment.build_tokenizer`). A workdir holding a vocabulary
+# its noise seed (`training.pieces.build_tokenizer`). A workdir holding a vocabulary
 # but no checkpoint accepts a config that differs in other fields only.
 VOCABULARY_FIELDS = (
     "data.corpus",
@@ -534,8 +531,8 @@ def check_run(
     Args:
       config: the resolved experiment config.
       workdir: the run's folder (need not exist).
-      load_corpus: `config -> DatasetDict` (`experiment.load_corpus`).
-      corpus_transform: as for `trainer.train_and_evaluate`.
+      load_corpus: `config -> DatasetDict` (`training.pieces.load_corpus`).
+      corpus_transform: as for `training.loop.train_and_evaluate`.
 
     Raises:
       ConfigError: every problem found, one line each.

@@ -5,13 +5,14 @@ r"""Translates a split with a trained model and scores it (BLEU, chrF, BERTScore
         --workdir=runs/zero_shot --zero_shot        # pretrained baseline
 
 Writes `hypotheses.<split>.txt` and `results.json` (scores and the run's privacy
-report) into `<workdir>/decode_<split>`. Logic: `dpnmt.inference`.
+report) into `<workdir>/decode_<split>`. Logic: `dpnmt.evaluation.decode`.
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, inference
+from dpnmt import cli
+from dpnmt.evaluation import decode as decode_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (only for --zero_shot; a run's own config is read from --workdir)."
@@ -39,13 +40,13 @@ def main(argv):
             raise app.UsageError("--zero_shot needs --config naming a pretrained model.")
         config = _CONFIG.value
     else:
-        config = inference.load_run_config(_WORKDIR.value)
-        inference.warn_if_unfinished(_WORKDIR.value)
+        config = decode_lib.load_run_config(_WORKDIR.value)
+        decode_lib.warn_if_unfinished(_WORKDIR.value)
     if _NUM_BEAMS.value is not None:
         config.eval.num_beams = _NUM_BEAMS.value
     if _BERTSCORE_MODEL.value is not None:
         config.eval.bertscore_model = _BERTSCORE_MODEL.value
-    inference.decode_and_score(
+    decode_lib.decode_and_score(
         config,
         _WORKDIR.value,
         split=_SPLIT.value,

@@ -123,7 +123,7 @@ def render(
     Args:
         config: The run's resolved config (`config.json`), as a dict.
         privacy: The privacy report (`results.json["privacy"]`, or
-            `trainer.privacy_report` of the checkpoint for an unfinished run).
+            `PrivacyReport.to_json()` of the checkpoint for an unfinished run).
         results: The run's `results.json`, or None before it is finished.
         steps_done: DP-SGD steps of the exported parameters.
 

@@ -17,10 +17,14 @@ from typing import Any
 
 import ml_collections
 
-from dpnmt import checkpointing, experiment, inference, model_card, trainer
+from dpnmt import model_card
 from dpnmt.data import hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
+from dpnmt.evaluation import decode as decode_lib
+from dpnmt.training import pieces
+from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir
 
 SETTINGS_FILE = "dpnmt.json"
 CARD_FILE = "README.md"
@@ -28,15 +32,15 @@ CARD_FILE = "README.md"
 
 def require_trained_run(workdir: str) -> None:
     """Raises one clear error unless `workdir` holds a finished or checkpointed run."""
-    config_path = os.path.join(workdir, trainer.CONFIG_FILE)
-    checkpoints = os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
+    config_path = RunDir(workdir).config_path
+    checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
     has_step = os.path.isdir(checkpoints) and any(
         name.isdigit() for name in os.listdir(checkpoints)
     )
     if not os.path.isfile(config_path) or not has_step:
         raise FileNotFoundError(
             f"{workdir} holds no finished or checkpointed training run (needs "
-            f"{trainer.CONFIG_FILE} and a step in {checkpointing.CHECKPOINT_DIR}/): train first "
+            f"{CONFIG_FILE} and a step in {CHECKPOINT_DIR}/): train first "
             "with python -m dpnmt.train, or pass the run's folder."
         )
 
@@ -91,8 +95,8 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         raise ValueError("Give exactly one of --workdir (a training run) or --model (an export).")
     if workdir is not None:
         require_trained_run(workdir)
-        config = inference.load_run_config(workdir)
-        tokenizer, model, model_config, params, _, _ = inference.load_trained(config, workdir)
+        config = decode_lib.load_run_config(workdir)
+        tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(config, workdir)
         settings = _settings(config)
     else:
         from dpnmt import models
@@ -120,7 +124,7 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
 
 
 def _read_results(workdir: str) -> dict | None:
-    path = os.path.join(workdir, trainer.RESULTS_FILE)
+    path = RunDir(workdir).results_path
     if not os.path.isfile(path):
         return None
     with open(path) as f:
@@ -146,16 +150,16 @@ def export_run(workdir: str, out_dir: str) -> str:
     require_trained_run(workdir)
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"--out={out_dir} is not empty; give a new or empty folder.")
-    config = inference.load_run_config(workdir)
-    tokenizer, vocabulary = experiment.build_tokenizer(
+    config = decode_lib.load_run_config(workdir)
+    tokenizer, vocabulary = pieces.build_tokenizer(
         config, None, workdir, noise_seed=None, learn=False
     )
-    _, _, model_config, params, plan, steps_done = inference.load_trained(config, workdir)
+    _, _, model_config, params, plan, steps_done = decode_lib.load_trained(config, workdir)
     results = _read_results(workdir)
     if results is not None and results.get("finished") and "privacy" in results:
         privacy = results["privacy"]
     else:  # Checkpoint only: the report for the steps it holds.
-        privacy = trainer.privacy_report(plan, steps_done, vocabulary)
+        privacy = privacy_report(plan, steps_done, vocabulary).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
     with open(os.path.join(out_dir, SETTINGS_FILE), "w") as f:

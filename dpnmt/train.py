@@ -2,7 +2,7 @@ r"""Trains a DP seq2seq translation model.
 
     python -m dpnmt.train --config=configs/tiny.py:eps8 --workdir=runs/tiny
 
-The logic lives in `dpnmt.trainer` (a library that is easy to test); this app
+The logic lives in `dpnmt.training.loop` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
 The whole config is checked before anything is written (`dpnmt.config_check`);
 a bad input prints one line naming the field and the fix (exit status 2).
@@ -17,7 +17,8 @@ DPNMT_* environment variables; under SLURM, `srun` sets everything). See
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, distributed, trainer
+from dpnmt import cli, distributed
+from dpnmt.training import loop
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -46,7 +47,7 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
 
 
 def main(argv):
-    """Runs `trainer.train_and_evaluate` with the flags' config and workdir."""
+    """Runs `loop.train_and_evaluate` with the flags' config and workdir."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     launch = distributed.resolve_launch(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
@@ -57,7 +58,7 @@ def main(argv):
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
-    trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
+    loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
 if __name__ == "__main__":

@@ -75,12 +75,12 @@ def test_an_input_error_in_an_app_exits_2_in_one_line(capsys):
 
 
 def test_decode_warns_when_the_run_has_not_finished(tmp_path, caplog):
-    from dpnmt import inference
+    from dpnmt.evaluation import decode as decode_lib
 
-    assert not inference.warn_if_unfinished(str(tmp_path))
+    assert not decode_lib.warn_if_unfinished(str(tmp_path))
     assert "has not finished" in caplog.text
     (tmp_path / "results.json").write_text('{"finished": true}')
-    assert inference.warn_if_unfinished(str(tmp_path))
+    assert decode_lib.warn_if_unfinished(str(tmp_path))
 
 
 def test_unknown_variant_is_one_line_naming_the_valid_ones(capsys):

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from dpnmt import config_lib, grid, summary
+from dpnmt import config_lib
+from dpnmt.sweeps import grid, summary
 
 
 def test_expand_orders_runs_and_names_their_folders():
@@ -135,7 +136,7 @@ def _fake_results(rng, private, sampling, epsilon):
 
 
 def test_report_of_a_grid_with_a_non_private_cell(tmp_path):
-    from dpnmt import report
+    from dpnmt.sweeps import report
 
     rng = np.random.default_rng(0)
     specs = grid.expand(["eps1", "eps5", "nonprivate"], ["poisson", "shuffle"], 2)

@@ -15,8 +15,9 @@ import pytest
 import torch
 import transformers
 
-from dpnmt import release, trainer
+from dpnmt import release
 from dpnmt.data import tokenizers
+from dpnmt.training import loop, pieces
 from tests.markers import needs_data
 from tests.train.test_end_to_end import small_config
 
@@ -42,7 +43,7 @@ def run(tmp_path_factory):
     # (a random tied T5 v1.0 repeats its decoder-start token, pad, which decodes to "").
     config.model.feed_forward_proj = "gated-gelu"
     config.train.learning_rate = 1e-7
-    trainer.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(config, str(workdir))
     out = tmp_path_factory.mktemp("export") / "model"
     card = release.export_run(str(workdir), str(out))
     return workdir, out, card
@@ -81,8 +82,7 @@ def test_export_writes_a_transformers_folder_and_a_model_card(run):
     ours = tokenizers.SentencePieceTokenizer.load(str(workdir / "tokenizer.model"))
     theirs = transformers.AutoTokenizer.from_pretrained(str(out))
     texts = [line for line in SOURCES if line.strip()] + [
-        r["de"]
-        for r in release.experiment.load_corpus(small_config("eps8"))["test"]["translation"][:300]
+        r["de"] for r in pieces.load_corpus(small_config("eps8"))["test"]["translation"][:300]
     ]
     assert ours.encode(texts) == theirs(texts)["input_ids"]
 

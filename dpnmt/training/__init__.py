@@ -1,4 +1,12 @@
-"""Training: the DP lot step (`steps`); the loop still lives in `dpnmt.trainer`."""
+"""Training: the pieces of a run, the DP lot step, the loop, its records and files.
+
+`run_dir` (the workdir's files and private records), `pieces` (corpus,
+tokenizer, model from a config), `setup` (`build_run`: the pieces in order ->
+`RunPieces`), `steps` (per-example loss, optimizer, the one DP lot step),
+`loop` (`train_and_evaluate`), `checkpointing` (`LoopState`), `metrics`
+(progress, rates, metrics.jsonl) and `privacy_report` (`PrivacyReport`).
+Only the step is imported here; import the others by module.
+"""
 
 from dpnmt.training.steps import (
     LotStep,

@@ -13,7 +13,8 @@ import pathlib
 
 import pytest
 
-from dpnmt import auditing, core, experiment, trainer
+from dpnmt import auditing, core
+from dpnmt.training import pieces, run_dir
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -27,7 +28,7 @@ OPTIONS = dict(num_canaries=64, key_length=2, secret_length=2, num_candidates=99
 def public_text(tmp_path_factory):
     """Public vocabulary text: the corpus's test split and the canary templates."""
     path = tmp_path_factory.mktemp("vocab") / "public.txt"
-    corpus = experiment.load_corpus(audit_config("nonprivate", None))
+    corpus = pieces.load_corpus(audit_config("nonprivate", None))
     lines = [text for row in corpus["test"]["translation"] for text in row.values()]
     templates = ["customer 0 1 2 account number", "my account number is 3 4 5 6 7 8 9"]
     path.write_text("\n".join(lines + templates * 20) + "\n")
@@ -82,7 +83,7 @@ def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
     on_disk = json.loads((tmp_path / auditing.AUDIT_FILE).read_text())
     assert on_disk["membership"]["auc"] == pytest.approx(membership["auc"])
     assert (tmp_path / auditing.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
-    private = tmp_path / trainer.PRIVATE_DIR
+    private = tmp_path / run_dir.PRIVATE_DIR
     saved = json.loads((private / auditing.CANARY_FILE).read_text())["canaries"]
     rows = json.loads((private / auditing.CANARY_SCORES_FILE).read_text())
     assert len(saved) == len(rows) == 64
@@ -90,8 +91,8 @@ def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
     assert not any(c["target"] in public or c["source"] in public for c in saved)
     # The run trained on the corpus plus 8 copies of each inserted canary.
     inserted = sum(c["inserted"] for c in saved)
-    results = json.loads((tmp_path / trainer.RESULTS_FILE).read_text())
-    train = json.loads((private / trainer.PREPROCESSING_FILE).read_text())["train"]
+    results = json.loads((tmp_path / run_dir.RESULTS_FILE).read_text())
+    train = json.loads((private / run_dir.PREPROCESSING_FILE).read_text())["train"]
     assert train["num_examples"] == 8 + 8 * inserted
     assert results["privacy"]["dataset_size"] == train["num_kept"]
     assert results["preprocessing"]["train"] == {"num_kept": train["num_kept"]}

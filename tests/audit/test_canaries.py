@@ -6,7 +6,8 @@ import datasets
 import numpy as np
 import pytest
 
-from dpnmt import auditing, canaries
+from dpnmt import auditing
+from dpnmt.auditing import canaries
 
 
 def draw(num=200, seed=0, **kwargs):

@@ -204,6 +204,32 @@ class PrivateLotGradientTest(parameterized.TestCase):
         np.testing.assert_allclose(float(got["w"][0]), expected, rtol=1e-5)
 
 
+def test_bfloat16_accumulator_keeps_sensitivity_at_most_clip():
+    """Regression (core/accumulation.py:43-45 and core/clipping.py:79): the lot sum is
+    kept in the parameter dtype. With bfloat16 parameters the accumulated sum is
+    rounded to 8 mantissa bits after every micro-batch, and removing ONE example
+    (norm <= C) can move the released sum by a whole bf16 ulp of the lot sum:
+    here 16 C, not C. Accumulate (and return micro-batch sums) in float32."""
+    l2_clip = 1.0
+    params = {"w": jnp.zeros((1,), jnp.bfloat16)}
+    ones = jnp.ones((16, 1), jnp.bfloat16)  # Every example's gradient has norm exactly C.
+
+    def lot_sum(last_microbatch_real_rows: int) -> float:
+        state = core.init_accumulator(params)
+        for _ in range(128):  # 128 full micro-batches of 16: sum 2048 (exact in bf16).
+            grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip)
+            state = core.accumulate(state, grad_sum, 16)
+        mask = jnp.arange(16) < last_microbatch_real_rows
+        grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip, mask)
+        state = core.accumulate(state, grad_sum, last_microbatch_real_rows)
+        return float(state.grad_sum["w"][0])
+
+    with_example, without_example = lot_sum(9), lot_sum(8)  # Neighbouring lots.
+    assert abs(with_example - without_example) <= l2_clip * (1 + 1e-2), (
+        f"one example moved the bf16 lot sum by {abs(with_example - without_example)} > C"
+    )
+
+
 if __name__ == "__main__":
     absltest.main()
 

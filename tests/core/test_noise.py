@@ -175,5 +175,21 @@ class NoisyAverageTest(parameterized.TestCase):
             core.noisy_average(state, jax.random.key(0), sigma, l2_clip, lot_size)
 
 
+def test_noise_seeds_differing_above_bit_32_give_different_noise():
+    """Regression (core/noise.py:58, core/aggregation.py:63): `fresh_seed()` promises 63
+    CSPRNG bits, but `jax.random.key(seed)` (x64 off, the default) keeps only the
+    low 32 bits, so two seeds that differ only in bits >= 32 draw identical noise
+    and a release run's noise key has 32 bits of entropy, not 63."""
+    low = 123456789
+    high = low + (1 << 40)  # A different 63-bit seed with the same low 32 bits.
+    per_example = {"w": jnp.ones((4, 8), jnp.float32)}
+    noisy = []
+    for seed in (low, high):
+        tx = core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0, seed=seed)
+        update, _ = tx.update(per_example, tx.init({"w": jnp.zeros(8)}))
+        noisy.append(np.asarray(update["w"]))
+    assert not np.array_equal(noisy[0], noisy[1]), "seeds differing above bit 32 collide"
+
+
 if __name__ == "__main__":
     absltest.main()

@@ -2,8 +2,9 @@
 
 import pytest
 
-from dpnmt import config_lib, experiment
+from dpnmt import config_lib
 from dpnmt.data import tokenizers
+from dpnmt.training import pieces
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def model_dir(tmp_path_factory):
 def test_name_or_path_alone_uses_the_models_tokenizer(model_dir, tmp_path):
     config = config_lib.base_config()  # tokenizer.kind left at its default
     config.model.name_or_path = model_dir
-    tokenizer, record = experiment.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
+    tokenizer, record = pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
     assert isinstance(tokenizer, tokenizers.HFTokenizer) and record.kind == "pretrained"
     assert not list(tmp_path.iterdir())  # No vocabulary learnt or saved.
 
@@ -38,7 +39,7 @@ def test_a_new_vocabulary_for_a_pretrained_model_is_refused(model_dir, tmp_path,
     config.model.name_or_path = model_dir
     config.tokenizer.kind = kind
     with pytest.raises(ValueError, match="embedding rows belong to its own vocabulary"):
-        experiment.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
+        pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
     assert not list(tmp_path.iterdir())
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpnmt import core, models, trainer
+from dpnmt import core, models, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 
 ROWS, SOURCE, TARGET, VOCAB = 6, 7, 5, 40
@@ -91,7 +91,7 @@ def _step(kind, clipping):
 
     def loss_fn(p, example, key):
         full = models.merge_params(p, frozen)
-        return trainer.example_loss(model, config, full, example, key)
+        return training.example_loss(model, config, full, example, key)
 
     def run(batch, mask, l2_clip, key):
         return core.private_grad_sum(

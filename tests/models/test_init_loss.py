@@ -22,8 +22,9 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import config_lib, experiment, models
+from dpnmt import config_lib, models
 from dpnmt.data import tokenizers
+from dpnmt.training import pieces
 from tests.markers import needs_data
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -71,7 +72,7 @@ def public_text(tmp_path_factory):
 
 def _initial_loss(config, tokenizer, sides) -> float:
     """Mean per-token cross-entropy of a fresh model (no dropout) on real pairs."""
-    model, model_config, params = experiment.build_model(
+    model, model_config, params = pieces.build_model(
         config, tokenizer, jax.random.PRNGKey(config.seed)
     )
     sources = tokenizer.encode(sides["de"][:NUM_PAIRS], max_length=config.data.max_source_length)

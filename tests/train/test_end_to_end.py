@@ -13,7 +13,8 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpnmt import inference, trainer
+from dpnmt.evaluation import decode as decode_lib
+from dpnmt.training import loop
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -71,9 +72,9 @@ def poisson_runs(tmp_path_factory):
     whole = tmp_path_factory.mktemp("whole")
     split = tmp_path_factory.mktemp("split")
     config = small_config("eps8")
-    results = trainer.train_and_evaluate(config, str(whole))
-    partial = trainer.train_and_evaluate(small_config("eps8"), str(split), stop_after_steps=5)
-    resumed = trainer.train_and_evaluate(small_config("eps8"), str(split))
+    results = loop.train_and_evaluate(config, str(whole))
+    partial = loop.train_and_evaluate(small_config("eps8"), str(split), stop_after_steps=5)
+    resumed = loop.train_and_evaluate(small_config("eps8"), str(split))
     return whole, split, results, partial, resumed
 
 
@@ -108,8 +109,8 @@ def test_resume_continues_the_same_run(poisson_runs):
     whole, split, results, partial, resumed = poisson_runs
     assert not partial["finished"] and partial["steps_done"] == 5
     assert resumed["finished"] and resumed["steps_done"] == results["steps_done"]
-    params_whole, _, _ = inference.load_trained_params(str(whole))
-    params_split, _, _ = inference.load_trained_params(str(split))
+    params_whole, _, _ = decode_lib.load_trained_params(str(whole))
+    params_split, _, _ = decode_lib.load_trained_params(str(split))
     chex.assert_trees_all_close(params_whole, params_split, rtol=1e-5, atol=1e-6)
     assert resumed["privacy"]["dp_sgd_epsilon"] == results["privacy"]["dp_sgd_epsilon"]
 
@@ -119,13 +120,13 @@ def test_workdir_with_a_different_config_is_refused(poisson_runs):
     other = small_config("eps8")
     other.train.learning_rate = 0.5
     with pytest.raises(ValueError, match="different config.*learning_rate"):
-        trainer.train_and_evaluate(other, str(whole))
+        loop.train_and_evaluate(other, str(whole))
 
 
 def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
     whole = poisson_runs[0]
-    results = inference.decode_and_score(
-        inference.load_run_config(str(whole)), str(whole), split="test", max_examples=8
+    results = decode_lib.decode_and_score(
+        decode_lib.load_run_config(str(whole)), str(whole), split="test", max_examples=8
     )
     out = whole / "decode_test"
     assert len((out / "hypotheses.test.txt").read_text().splitlines()) == 8
@@ -139,11 +140,11 @@ def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
 
 def test_decode_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
-        inference.load_run_config(str(tmp_path))
+        decode_lib.load_run_config(str(tmp_path))
 
 
 def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
-    results = trainer.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
+    results = loop.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
     report = results["privacy"]
     assert report["sampling"] == "shuffle" and "replace one" in report["adjacency"]
     assert report["steps_done"] == 600 // 48  # One epoch of full lots.
@@ -157,7 +158,7 @@ def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
 def test_nonprivate_run_learns(tmp_path):
     config = small_config("nonprivate")
     config.train.num_epochs = 3
-    results = trainer.train_and_evaluate(config, str(tmp_path))
+    results = loop.train_and_evaluate(config, str(tmp_path))
     assert not results["privacy"]["private"]
     assert math.isinf(results["privacy"]["dp_sgd_epsilon"])
     start = results["history"][0]

@@ -2,10 +2,13 @@
 
 import os
 
+import datasets
 import pytest
 
-from dpnmt import config_check, config_lib, experiment, inference, trainer
+from dpnmt import config_check, config_lib
 from dpnmt.errors import ConfigError, InputError
+from dpnmt.evaluation import decode as decode_lib
+from dpnmt.training import loop, pieces, run_dir, setup
 
 ROWS = [(f"Satz Nummer {i} hier", f"Sentence number {i} here") for i in range(120)]
 
@@ -41,7 +44,7 @@ def _stop_after_vocabulary(monkeypatch):
     def stop(*args, **kwargs):
         raise _Stop
 
-    monkeypatch.setattr(trainer, "tokenize_splits", stop)
+    monkeypatch.setattr(setup, "tokenize_splits", stop)
 
 
 BAD_FIELDS = [
@@ -75,7 +78,7 @@ def test_bad_field_fails_before_the_workdir_is_made(tmp_path, field, value, fix)
     config[group][name] = value
     workdir = tmp_path / "run"
     with pytest.raises(ConfigError) as error:
-        trainer.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(config, str(workdir))
     message = str(error.value)
     assert "\n" not in message and message.startswith(field), message
     assert fix in message
@@ -93,7 +96,7 @@ def test_private_run_without_target_or_sigma_is_refused(tmp_path):
     config = _config(tmp_path)
     config.dp.target_epsilon = config.dp.noise_multiplier = None
     with pytest.raises(ConfigError, match="dp.target_epsilon.*dp.noise_multiplier"):
-        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+        loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -101,7 +104,7 @@ def test_lot_size_not_below_n_fails_after_reading_text_only(tmp_path):
     config = _config(tmp_path)
     config.train.expected_lot_size = 120  # N = 120 pairs.
     with pytest.raises(ConfigError, match=r"train.expected_lot_size=120 must be in \[1, N=120\)"):
-        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+        loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -109,19 +112,19 @@ def test_unreachable_target_epsilon_fails_before_anything_is_written(tmp_path):
     config = _config(tmp_path)
     config.dp.noise_multiplier, config.dp.target_epsilon = None, 1e-9
     with pytest.raises(ConfigError, match=r"dp.target_epsilon=1e-09 is unreachable.*N=120"):
-        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+        loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
 def test_a_sweep_folder_is_not_a_train_workdir(tmp_path):
     (tmp_path / "sweep.json").write_text("{}")
     with pytest.raises(ConfigError, match="is a sweep folder"):
-        trainer.train_and_evaluate(_config(tmp_path), str(tmp_path))
-    assert not (tmp_path / trainer.CONFIG_FILE).exists()
+        loop.train_and_evaluate(_config(tmp_path), str(tmp_path))
+    assert not (tmp_path / run_dir.CONFIG_FILE).exists()
 
 
 def test_a_train_workdir_is_not_a_sweep_folder(tmp_path):
-    (tmp_path / trainer.CONFIG_FILE).write_text("{}")
+    (tmp_path / run_dir.CONFIG_FILE).write_text("{}")
     problems = config_check.sweep_workdir_problems(str(tmp_path))
     assert len(problems) == 1 and "holds a training run (config.json)" in problems[0]
 
@@ -136,26 +139,26 @@ def test_rerun_with_the_fix_proceeds_and_a_vocabulary_binds_only_its_fields(tmp_
     config = _config(tmp_path)
     config.train.optimizer = "adamm"
     with pytest.raises(ConfigError):
-        trainer.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(config, str(workdir))
     assert not workdir.exists()
     config.train.optimizer = "adam"
     _stop_after_vocabulary(monkeypatch)
     with pytest.raises(_Stop):  # Past validation, the config and the vocabulary.
-        trainer.train_and_evaluate(config, str(workdir))
-    assert (workdir / experiment.TOKENIZER_FILE).exists()
-    assert (workdir / trainer.CONFIG_FILE).exists()
+        loop.train_and_evaluate(config, str(workdir))
+    assert (workdir / run_dir.TOKENIZER_FILE).exists()
+    assert (workdir / run_dir.CONFIG_FILE).exists()
     config.train.learning_rate *= 2  # The vocabulary does not depend on it.
     with pytest.raises(_Stop):
-        trainer.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(config, str(workdir))
     config.tokenizer.vocab_size *= 2  # It does: learning again would spend privacy again.
     with pytest.raises(ConfigError, match=r"fields differ: \['tokenizer.vocab_size'\]"):
-        trainer.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(config, str(workdir))
     config.tokenizer.vocab_size //= 2
     # Once a session trained a step (its metrics may be out), every field binds.
     (workdir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 5, "epsilon": 0.1}\n')
     config.train.learning_rate *= 2
     with pytest.raises(ConfigError, match=r"fields differ: \['train.learning_rate'\]"):
-        trainer.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(config, str(workdir))
 
 
 def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
@@ -163,35 +166,34 @@ def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
     config.tokenizer.kind = "pretrained"
     config.model.name_or_path = "google/mt5-small"  # The hub is offline in tests.
     with pytest.raises(OSError, match="local directory"):
-        experiment.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
+        pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
 
 
 def test_decode_of_a_folder_without_a_run_is_refused(tmp_path):
     with pytest.raises(InputError, match="config.json.*--zero_shot"):
-        inference.load_run_config(str(tmp_path))
+        decode_lib.load_run_config(str(tmp_path))
 
 
 def test_decode_without_a_checkpoint_names_the_real_flag(tmp_path):
     with pytest.raises(InputError, match="--zero_shot") as error:
-        inference.restore_params(config_lib.base_config(), str(tmp_path), {})
+        decode_lib.restore_params(config_lib.base_config(), str(tmp_path), {})
     assert "--pretrained" not in str(error.value)
 
 
 def test_saved_vocabulary_is_required_when_not_learning(tmp_path):
     config = config_lib.base_config()  # dp_sentencepiece
     with pytest.raises(FileNotFoundError, match="not learnt again"):
-        experiment.build_tokenizer(config, None, str(tmp_path), noise_seed=None, learn=False)
+        pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None, learn=False)
 
 
 def test_a_fixed_noise_seed_in_a_private_run_is_refused_before_anything_is_written(tmp_path):
     """Anyone holding a fixed seed rebuilds every noise draw: true ε = ∞, not the plan's."""
-    from dpnmt import trainer
 
     config = config_lib.make_config("eps8")
     config.noise_seed = 12345
     workdir = tmp_path / "run"
     with pytest.raises(ValueError, match=r"config\.noise_seed .*testing_only_fixed_noise_seed"):
-        trainer.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(config, str(workdir))
     assert not workdir.exists()
 
 
@@ -205,3 +207,40 @@ def test_the_test_only_switch_needs_a_seed_and_a_nonprivate_run_may_fix_one():
     nonprivate = config_lib.make_config("nonprivate")
     nonprivate.noise_seed = 3
     config_lib.check_noise_seed(nonprivate)  # ε = ∞ anyway.
+
+
+def _pairs_corpus(num_pairs=400):
+    words_de = "das haus ist rot und der hund ist klein".split()
+    words_en = "the house is red and the dog is small".split()
+    rows = [
+        {"de": " ".join(words_de[i % 5 :]), "en": " ".join(words_en[i % 5 :])}
+        for i in range(num_pairs)
+    ]
+    return datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": rows})})
+
+
+def test_saved_tokenizer_without_record_is_never_relearnt(tmp_path, monkeypatch):
+    """dpnmt.evaluation.decode.decode_and_score only checks tokenizer.model exists, then calls
+    build_tokenizer(noise_seed=0): if vocabulary.json is missing, the DP
+    vocabulary is LEARNT AGAIN from the private train split (spending privacy
+    again, with the fixed public seed 0) and OVERWRITES the run's tokenizer.model,
+    so the model is decoded with a vocabulary it was not trained with."""
+    from dpnmt.data import dp_sentencepiece
+
+    relearnt = []
+
+    def spy(*args, **kwargs):
+        relearnt.append(kwargs.get("seed"))
+        raise RuntimeError("stop: the DP vocabulary was being learnt again")
+
+    monkeypatch.setattr(dp_sentencepiece, "train_dp_sentencepiece", spy)
+    config = config_lib.make_config("eps8")
+    config.data.pair = "de-en"
+    saved = b"the run's own tokenizer.model bytes"
+    (tmp_path / run_dir.TOKENIZER_FILE).write_bytes(saved)
+    try:
+        pieces.build_tokenizer(config, _pairs_corpus(), str(tmp_path), noise_seed=0)
+    except Exception:  # noqa: BLE001 - refusing (or failing to load) is fine.
+        pass
+    assert not relearnt, "a workdir's DP vocabulary was learnt again from private data"
+    assert (tmp_path / run_dir.TOKENIZER_FILE).read_bytes() == saved

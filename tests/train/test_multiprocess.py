@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpnmt import distributed, inference
+from dpnmt import distributed
+from dpnmt.evaluation import decode as decode_lib
 from tests.conftest import COLLECTIVE_TIMEOUT_FLAGS
 from tests.markers import needs_data
 from tests.train import multiprocess_worker as worker
@@ -93,7 +94,7 @@ def _params_at(workdir, step, scratch):
     for later in (copy / "checkpoints").iterdir():
         if later.name.isdigit() and int(later.name) > step:
             shutil.rmtree(later)
-    params, _, steps = inference.load_trained_params(str(copy))
+    params, _, steps = decode_lib.load_trained_params(str(copy))
     assert steps == step
     return params
 

@@ -1,5 +1,6 @@
 """The PrivacyPlan: one (L, q, T, σ) for sampler and accountant; clear errors."""
 
+import json
 import math
 
 import dp_accounting
@@ -7,8 +8,10 @@ import ml_collections
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpnmt import config_lib, privacy, trainer
+from dpnmt import config_lib, privacy
 from dpnmt.data.tokenizers import VocabularyRecord
+from dpnmt.training import metrics, run_dir
+from dpnmt.training.privacy_report import PrivacyReport, privacy_report
 
 
 def _configs(**dp):
@@ -80,13 +83,27 @@ def test_report_composes_vocabulary_and_flags_private_vocabulary():
     dp, train = _configs(target_epsilon=2.0)
     plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
     dp_vocab = VocabularyRecord("dp_sentencepiece", True, epsilon=0.5, delta=1e-9)
-    report = trainer.privacy_report(plan, plan.num_steps, dp_vocab)
+    report = privacy_report(plan, plan.num_steps, dp_vocab).to_json()
     assert report["total_epsilon"] == pytest.approx(report["dp_sgd_epsilon"] + 0.5)
     assert report["total_delta"] == pytest.approx(dp.delta + 1e-9)
     private_vocab = VocabularyRecord("sentencepiece_private", False)
-    assert trainer.privacy_report(plan, plan.num_steps, private_vocab)["total_epsilon"] == float(
-        "inf"
-    )
+    assert privacy_report(plan, plan.num_steps, private_vocab).total_epsilon == float("inf")
+
+
+def test_privacy_report_reads_back_from_its_results_json_form(tmp_path):
+    """results.json's "privacy" object (inf as "inf") reads back to the same record."""
+    dp, train = _configs(target_epsilon=2.0)
+    plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+    for vocabulary in (
+        VocabularyRecord("dp_sentencepiece", True, epsilon=0.5, delta=1e-9),
+        VocabularyRecord("sentencepiece_private", False),
+    ):
+        record = privacy_report(plan, plan.num_steps // 2, vocabulary)
+        path = tmp_path / "results.json"
+        run_dir.write_json(str(path), {"privacy": record.to_json()})
+        loaded = json.loads(path.read_text())["privacy"]
+        assert PrivacyReport.from_json(loaded) == record
+        assert list(loaded) == list(record.to_json())
 
 
 def test_nonprivate_plan_reports_infinite_epsilon():
@@ -103,13 +120,13 @@ def test_early_stopping_reports_epsilon_at_the_planned_steps_as_the_guarantee():
     plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
     vocabulary = VocabularyRecord("pretrained", True)
     stopped = plan.num_steps // 3
-    report = trainer.privacy_report(plan, stopped, vocabulary)
+    report = privacy_report(plan, stopped, vocabulary).to_json()
     assert report["dp_sgd_epsilon"] == plan.epsilon_after(plan.num_steps)
     assert report["total_epsilon"] == report["dp_sgd_epsilon"]
     realised = report["epsilon_at_realised_stop_NOT_A_GUARANTEE"]
     assert realised == plan.epsilon_after(stopped) < report["dp_sgd_epsilon"]
     assert report["steps_done"] == stopped and report["steps_planned"] == plan.num_steps
-    finished = trainer.privacy_report(plan, plan.num_steps, vocabulary)
+    finished = privacy_report(plan, plan.num_steps, vocabulary).to_json()
     assert "epsilon_at_realised_stop_NOT_A_GUARANTEE" not in finished
 
 
@@ -118,9 +135,9 @@ def test_report_states_what_is_assumed_public_and_the_adjacency():
     for sampling, words in (("poisson", "add/remove one"), ("shuffle", "replace one")):
         dp, train = _configs(target_epsilon=2.0, sampling=sampling)
         plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
-        report = trainer.privacy_report(
+        report = privacy_report(
             plan, plan.num_steps, vocabulary, validation_is_private=True
-        )
+        ).to_json()
         assert words in report["adjacency"]
         assert any(item.startswith("dataset_size") for item in report["assumed_public"])
         assert report["validation_is_private"] is True
@@ -132,7 +149,7 @@ def test_a_fixed_seed_plan_reports_infinite_epsilon_everywhere():
     secret = privacy.plan_privacy(dp, train, dataset_size=5_000)
     assert math.isinf(plan.epsilon_after(1)) and "fixed seed" in plan.bound
     assert plan.poisson_figure_not_a_guarantee(plan.num_steps) is None
-    report = trainer.privacy_report(plan, plan.num_steps, VocabularyRecord("pretrained", True))
+    report = privacy_report(plan, plan.num_steps, VocabularyRecord("pretrained", True)).to_json()
     assert math.isinf(report["dp_sgd_epsilon"]) and math.isinf(report["total_epsilon"])
     assert "fixed seed" in report["composition"]
     assert report["epsilon_if_seed_were_secret_NOT_A_GUARANTEE"] == secret.epsilon_after(
@@ -141,10 +158,27 @@ def test_a_fixed_seed_plan_reports_infinite_epsilon_everywhere():
 
 
 def test_rates_are_published_only_over_windows_of_at_least_50_lots():
-    window = trainer.RateWindow(start_step=10, start_time=100.0)
-    assert trainer.MIN_RATE_WINDOW_LOTS == 50
+    window = metrics.RateWindow(start_step=10, start_time=100.0)
+    assert metrics.MIN_RATE_WINDOW_LOTS == 50
     for step in range(11, 60):
         assert window.update(step, 100.0 + (step - 10)) is None  # < 50 lots: nothing.
     assert window.update(60, 125.0) == pytest.approx(50 / 25.0)
     assert window.update(65, 126.0) == pytest.approx(2.0)  # Stale until the next window.
     assert window.update(110, 135.0) == pytest.approx(50 / 10.0)
+
+
+def test_lot_size_equal_to_dataset_size_is_refused_by_the_plan_like_the_bridge():
+    """plan_privacy accepts L == N; PoissonLots/ShuffledLots then refuse it
+    ('must be smaller than the dataset size') after the vocabulary was learnt."""
+    dp, train = _configs(target_epsilon=8.0)
+    train.expected_lot_size = 1_000
+    with pytest.raises(ValueError, match="expected_lot_size"):
+        privacy.plan_privacy(dp, train, dataset_size=1_000)
+
+
+def test_private_plan_with_zero_noise_is_refused_at_plan_time():
+    """dp.enabled with dp.noise_multiplier=0 yields a 'private' plan with σ=0;
+    it only fails later, inside the accountant, with a core-level message."""
+    dp, train = _configs(target_epsilon=None, noise_multiplier=0.0)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        privacy.plan_privacy(dp, train, dataset_size=1_000)

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from dpnmt import trainer
+from dpnmt.training import loop, run_dir
 from tests.markers import needs_data
 from tests.train.test_end_to_end import small_config
 
@@ -53,7 +53,7 @@ def run(tmp_path_factory):
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     try:
-        results = trainer.train_and_evaluate(c, str(workdir))
+        results = loop.train_and_evaluate(c, str(workdir))
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
@@ -62,17 +62,17 @@ def run(tmp_path_factory):
 
 def _published_files(workdir):
     for folder, dirs, files in os.walk(workdir):
-        dirs[:] = [d for d in dirs if d != trainer.PRIVATE_DIR]
+        dirs[:] = [d for d in dirs if d != run_dir.PRIVATE_DIR]
         for name in files:
             yield os.path.join(folder, name)
 
 
 def test_nothing_published_holds_the_seed_or_a_hash_of_it(run):
     workdir, results, lines = run
-    seed = int((workdir / trainer.PRIVATE_DIR / "noise_seed").read_text())
+    seed = int((workdir / run_dir.PRIVATE_DIR / "noise_seed").read_text())
     assert seed.bit_length() > 64  # 128 bits from the OS (2**-64 chance of a false fail).
-    secrets = {seed} | {trainer._derived_seed(seed, p) for p in ("noise", "sampler", "vocabulary")}
-    secrets.add(trainer._derived_seed(seed, "sampler") % 2**64)  # What torch is given.
+    secrets = {seed} | {run_dir.derived_seed(seed, p) for p in ("noise", "sampler", "vocabulary")}
+    secrets.add(run_dir.derived_seed(seed, "sampler") % 2**64)  # What torch is given.
     needles = set()
     for value in secrets:
         needles |= {str(value), f"{value:x}", f"{value:X}"}
@@ -120,6 +120,6 @@ def test_private_counts_stay_private_and_the_report_states_its_assumptions(run):
     assert on_disk["validation_is_private"] is True and report["validation_is_private"] is True
     assert on_disk["preprocessing"]["train"] == {"num_kept": report["dataset_size"]}
     assert "validation" not in on_disk["preprocessing"]
-    exact = json.loads((workdir / trainer.PRIVATE_DIR / trainer.PREPROCESSING_FILE).read_text())
+    exact = json.loads((workdir / run_dir.PRIVATE_DIR / run_dir.PREPROCESSING_FILE).read_text())
     assert exact["train"]["num_kept"] == report["dataset_size"]
     assert {"num_examples", "num_dropped", "num_source_truncated"} <= set(exact["train"])

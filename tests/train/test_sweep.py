@@ -18,7 +18,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from dpnmt import grid, report, summary
+from dpnmt.sweeps import grid, report, summary
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]

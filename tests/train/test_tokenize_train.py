@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dpnmt import experiment, trainer
+from dpnmt.training import pieces, run_dir, setup
 from tests.markers import needs_data
 from tests.train.test_end_to_end import small_config
 
@@ -13,13 +13,13 @@ def test_per_lot_examples_equal_upfront_examples_on_the_wmt_sample(tmp_path):
     config = small_config("eps8")
     config.data.max_train_examples = 300
     config.data.max_source_length = config.data.max_target_length = 12  # Some rows truncated.
-    corpus = experiment.load_corpus(config)
-    tokenizer, _ = experiment.build_tokenizer(config, corpus, str(tmp_path), noise_seed=3)
+    corpus = pieces.load_corpus(config)
+    tokenizer, _ = pieces.build_tokenizer(config, corpus, str(tmp_path), noise_seed=3)
 
     config.data.tokenize_train = "upfront"
-    tokenized, upfront, upfront_stats = trainer.tokenize_splits(config, corpus, tokenizer)
+    tokenized, upfront, upfront_stats = setup.tokenize_splits(config, corpus, tokenizer)
     config.data.tokenize_train = "per_lot"
-    evaluation, per_lot, per_lot_stats = trainer.tokenize_splits(config, corpus, tokenizer)
+    evaluation, per_lot, per_lot_stats = setup.tokenize_splits(config, corpus, tokenizer)
 
     assert len(per_lot) == len(upfront) == upfront_stats["train"].num_kept > 0
     rows = np.arange(len(upfront))
@@ -42,12 +42,12 @@ def test_per_lot_examples_equal_upfront_examples_on_the_wmt_sample(tmp_path):
 def test_auto_tokenizes_per_lot_only_on_several_processes():
     config = small_config("eps8")
     assert config.data.tokenize_train == "auto"
-    assert not experiment.tokenizes_train_per_lot(config)  # One process here.
+    assert not pieces.tokenizes_train_per_lot(config)  # One process here.
     config.data.tokenize_train = "per_lot"
-    assert experiment.tokenizes_train_per_lot(config)
+    assert pieces.tokenizes_train_per_lot(config)
     config.data.tokenize_train = "lazy"
     with pytest.raises(ValueError, match="data.tokenize_train='lazy' is unknown"):
-        experiment.tokenizes_train_per_lot(config)
+        pieces.tokenizes_train_per_lot(config)
 
 
 def test_tokenize_train_does_not_bind_a_workdir(tmp_path):
@@ -55,15 +55,15 @@ def test_tokenize_train_does_not_bind_a_workdir(tmp_path):
     import json
 
     config = small_config("eps8")
-    trainer.check_workdir_config(str(tmp_path), config)
-    (tmp_path / experiment.TOKENIZER_FILE).write_text("")  # A learnt vocabulary binds it.
+    run_dir.RunDir(str(tmp_path)).bind_config(config)
+    (tmp_path / run_dir.TOKENIZER_FILE).write_text("")  # A learnt vocabulary binds it.
     config.data.tokenize_train = "per_lot"
-    trainer.check_workdir_config(str(tmp_path), config)
-    record = json.loads((tmp_path / trainer.CONFIG_FILE).read_text())
+    run_dir.RunDir(str(tmp_path)).bind_config(config)
+    record = json.loads((tmp_path / run_dir.CONFIG_FILE).read_text())
     assert record["data"]["tokenize_train"] == "per_lot"  # The latest session's mode.
     del record["data"]["tokenize_train"]  # A workdir from before the field existed.
-    (tmp_path / trainer.CONFIG_FILE).write_text(json.dumps(record))
-    trainer.check_workdir_config(str(tmp_path), config)
+    (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(record))
+    run_dir.RunDir(str(tmp_path)).bind_config(config)
     config.tokenizer.vocab_size *= 2  # The vocabulary depends on it.
     with pytest.raises(ValueError, match=r"fields differ: \['tokenizer.vocab_size'\]"):
-        trainer.check_workdir_config(str(tmp_path), config)
+        run_dir.RunDir(str(tmp_path)).bind_config(config)

@@ -10,7 +10,7 @@ lowest, and ask the loss to fall 1 nat below log V (the
 initial loss is log V + ~0.5: tests/models/test_init_loss.py); a learning
 rate of 0 leaves the loss at the initial value and BLEU at ~0. A loss that
 ignores its padding mask still learns (BLEU 2.26 vs 2.65): the padding test
-below catches it directly, through the same `trainer.example_loss`.
+below catches it directly, through the same `training.example_loss`.
 """
 
 import importlib.util
@@ -23,8 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpnmt import experiment, trainer
+from dpnmt import training
+from dpnmt.bridge import dataset
 from dpnmt.data import tokenizers
+from dpnmt.training import loop, pieces
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -94,7 +96,7 @@ def _log_vocabulary(workdir) -> float:
 
 
 def test_nonprivate_model_translates(tmp_path):
-    results = trainer.train_and_evaluate(nonprivate_config(), str(tmp_path))
+    results = loop.train_and_evaluate(nonprivate_config(), str(tmp_path))
     bleu = _validation_bleu(results)
     print(json.dumps({"nonprivate_validation": results["validation"]}))
     assert results["validation"]["loss"] < _log_vocabulary(tmp_path) - NONPRIVATE_MIN_LOSS_DROP
@@ -102,7 +104,7 @@ def test_nonprivate_model_translates(tmp_path):
 
 
 def test_dp_model_at_large_epsilon_learns(tmp_path):
-    results = trainer.train_and_evaluate(private_config(), str(tmp_path))
+    results = loop.train_and_evaluate(private_config(), str(tmp_path))
     bleu = _validation_bleu(results)
     print(json.dumps({"eps1000_validation": results["validation"]}))
     assert results["validation"]["loss"] < _log_vocabulary(tmp_path) - PRIVATE_MIN_LOSS_DROP
@@ -113,24 +115,24 @@ def test_training_loss_ignores_padding_labels():
     """The loss the runs above optimise counts only an example's own target tokens."""
     c = nonprivate_config()
     tokenizer = _FixedVocabulary(vocab_size=50)
-    model, model_config, params = experiment.build_model(c, tokenizer, jax.random.PRNGKey(0))
+    model, model_config, params = pieces.build_model(c, tokenizer, jax.random.PRNGKey(0))
     example = {
-        trainer.INPUT_IDS: jnp.array([5, 6, 7, 1, 0, 0], jnp.int32),
-        trainer.INPUT_LENGTH: jnp.array(4, jnp.int32),
-        trainer.LABELS: jnp.array([8, 9, 1, 0, 0, 0], jnp.int32),
-        trainer.LABEL_LENGTH: jnp.array(3, jnp.int32),
+        dataset.INPUT_IDS: jnp.array([5, 6, 7, 1, 0, 0], jnp.int32),
+        dataset.INPUT_LENGTH: jnp.array(4, jnp.int32),
+        dataset.LABELS: jnp.array([8, 9, 1, 0, 0, 0], jnp.int32),
+        dataset.LABEL_LENGTH: jnp.array(3, jnp.int32),
     }
     garbage = dict(example)
-    garbage[trainer.LABELS] = jnp.array([8, 9, 1, 33, 44, 12], jnp.int32)
+    garbage[dataset.LABELS] = jnp.array([8, 9, 1, 33, 44, 12], jnp.int32)
     losses = [
-        float(trainer.example_loss(model, model_config, params, ex, None))
+        float(training.example_loss(model, model_config, params, ex, None))
         for ex in (example, garbage)
     ]
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
 
 
 class _FixedVocabulary:
-    """Just what `experiment.build_model` reads from a tokenizer."""
+    """Just what `pieces.build_model` reads from a tokenizer."""
 
     def __init__(self, vocab_size: int):
         self.vocab_size, self.pad_id, self.eos_id = vocab_size, 0, 1

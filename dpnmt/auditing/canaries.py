@@ -16,7 +16,7 @@ Fills are decimal digits separated by spaces, one word per digit. Every
 tokenizer here encodes them injectively without `unk`: pretrained T5/mBART
 vocabularies hold the digits, and SentencePiece vocabularies learnt here (DP or
 not) use byte fallback, so a digit the vocabulary lacks is still encoded, as
-its byte. `dpnmt.auditing` checks this for the run's tokenizer (distinct
+its byte. `dpnmt.auditing.scoring` checks this for the run's tokenizer (distinct
 candidates must get distinct ids, none `unk`) and refuses to score otherwise,
 and exposure counts ties against the secret, so it can only be understated.
 

@@ -1,6 +1,7 @@
-"""Builds a run's pieces from its config: corpus, tokenizer, tokenized splits, model.
+"""Builds each piece of a run from its config: corpus, tokenizer, tokenized splits, model.
 
-Shared by the training and decoding apps, so both see the same data and model.
+Shared by training (`dpnmt.training.setup.build_run` puts them in order) and
+decoding (`dpnmt.evaluation.decode`), so both see the same data and model.
 """
 
 import contextlib
@@ -20,9 +21,7 @@ from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ModelUnavailableError
-
-TOKENIZER_FILE = "tokenizer.model"
-VOCABULARY_RECORD_FILE = "vocabulary.json"
+from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 
 
 def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:

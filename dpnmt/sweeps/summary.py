@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from dpnmt import config_lib, grid
+from dpnmt import config_lib
+from dpnmt.sweeps import grid
 
 # Table columns: (CSV name, Markdown header). Means and stds are over public seeds.
 COLUMNS = (

@@ -13,14 +13,18 @@ import os
 import jax
 import ml_collections
 
-from dpnmt import bridge, checkpointing, config_lib, experiment, models, privacy, trainer
+from dpnmt import bridge, config_lib, models, privacy
 from dpnmt.data import tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
+from dpnmt.evaluation import evaluator as evaluator_lib
+from dpnmt.training import checkpointing, pieces, steps
+from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.run_dir import CHECKPOINT_DIR, RESULTS_FILE, RunDir, write_json
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
     """The resolved config a training run wrote into `workdir`."""
-    path = os.path.join(workdir, trainer.CONFIG_FILE)
+    path = RunDir(workdir).config_path
     if not os.path.exists(path):
         raise MissingInputError(
             f"{path} does not exist: --workdir must be a training run's folder "
@@ -32,7 +36,7 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
 
 def warn_if_unfinished(workdir: str) -> bool:
     """Warns when the run in `workdir` has not finished; returns whether it has."""
-    path = os.path.join(workdir, trainer.RESULTS_FILE)
+    path = RunDir(workdir).results_path
     finished = False
     if os.path.exists(path):
         with open(path) as f:
@@ -42,7 +46,7 @@ def warn_if_unfinished(workdir: str) -> bool:
             "The run in %s has not finished (no finished %s): decoding its latest "
             "checkpoint. Rerun python -m dpnmt.train with the same --workdir to finish it.",
             workdir,
-            trainer.RESULTS_FILE,
+            os.path.basename(path),
         )
     return finished
 
@@ -78,7 +82,7 @@ def decode_and_score(
     """
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
-    corpus = experiment.load_corpus(config)
+    corpus = pieces.load_corpus(config)
     if zero_shot and (
         config.model.name_or_path is None or config_lib.tokenizer_kind(config) != "pretrained"
     ):
@@ -87,23 +91,23 @@ def decode_and_score(
             "model.name_or_path in --config (tokenizer.kind auto or 'pretrained')."
         )
     # Reloads the run's saved vocabulary: never learns one again.
-    tokenizer, vocabulary = experiment.build_tokenizer(
+    tokenizer, vocabulary = pieces.build_tokenizer(
         config, corpus, workdir, noise_seed=None, learn=False
     )
-    tokenized, _ = experiment.tokenize_corpus(config, corpus, tokenizer)
-    model, model_config, params = experiment.build_model(
+    tokenized, _ = pieces.tokenize_corpus(config, corpus, tokenizer)
+    model, model_config, params = pieces.build_model(
         config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
     )
     report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
     if not zero_shot:
         params, plan, steps_done = restore_params(config, workdir, params)
-        report = trainer.privacy_report(
+        report = privacy_report(
             plan,
             steps_done,
             vocabulary,
-            validation_is_private=experiment.validation_is_carved_from_train(corpus),
-        )
-    evaluator = trainer.Evaluator(
+            validation_is_private=pieces.validation_is_carved_from_train(corpus),
+        ).to_json()
+    evaluator = evaluator_lib.Evaluator(
         config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
     )
     hypotheses, references = evaluator.translate(params, split, max_examples)
@@ -126,7 +130,7 @@ def decode_and_score(
     with open(os.path.join(output_dir, f"hypotheses.{split}.txt"), "w", encoding="utf-8") as f:
         # One line per hypothesis, whatever line breaks generation produced.
         f.writelines(" ".join(h.splitlines()) + "\n" for h in hypotheses)
-    trainer.write_json(os.path.join(output_dir, trainer.RESULTS_FILE), results)
+    write_json(os.path.join(output_dir, RESULTS_FILE), results)
     logging.info("Decoded %s: %s", split, json.dumps(results["scores"], default=str))
     return results
 
@@ -142,8 +146,8 @@ def load_trained(config, workdir: str):
     The saved vocabulary is reloaded (never learnt again) and the latest
     checkpoint's parameters restored into the model `config` builds.
     """
-    tokenizer, _ = experiment.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
-    model, model_config, params = experiment.build_model(
+    tokenizer, _ = pieces.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
+    model, model_config, params = pieces.build_model(
         config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
     )
     return (tokenizer, model, model_config, *restore_params(config, workdir, params))
@@ -154,17 +158,17 @@ def restore_params(config, workdir: str, params):
     manager = checkpointing.make_manager(workdir)
     if manager.latest_step() is None:
         raise MissingInputError(
-            f"No checkpoint in {os.path.join(workdir, checkpointing.CHECKPOINT_DIR)}; "
+            f"No checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)}; "
             "train first (python -m dpnmt.train), or decode a pretrained model with "
             "--config=<its config> --zero_shot."
         )
-    trainable, frozen = models.split_params(params, experiment.trainable_predicate(config))
+    trainable, frozen = models.split_params(params, pieces.trainable_predicate(config))
     step = manager.latest_step()
     meta = manager.restore(
         step, args=checkpointing.ocp.args.Composite(meta=checkpointing.ocp.args.JsonRestore())
     )["meta"]
     plan = privacy.PrivacyPlan(**meta["plan"])
-    tx = trainer.make_optimizer(config.train, plan.num_steps)
+    tx = steps.make_optimizer(config.train, plan.num_steps)
     like = {"trainable": trainable, "opt_state": tx.init(trainable)}
     _, state, _ = checkpointing.restore_latest(manager, like)
     return models.merge_params(state["trainable"], frozen), plan, meta["steps_done"]

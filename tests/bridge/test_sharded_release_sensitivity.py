@@ -1,4 +1,4 @@
-"""Review tests for dpnmt.bridge: end-to-end sensitivity of the sharded lot gradient.
+"""The sharded lot release's sensitivity, end to end through `dpnmt.bridge`.
 
 Poisson lots -> `device_lots` (split, pad, shard over 8 devices, prefetch) ->
 `training.lot_gradient` (the step training runs) with σ = 0, compared with a

@@ -2,7 +2,7 @@
 
 `bleu_vs_epsilon` (the paper's Figure 2), `learning_curves` (validation loss
 and BLEU by step) and `epsilon_vs_step` (ε spent by step), each from finished runs
-(`dpnmt.summary.load_runs`) or the aggregated rows (`dpnmt.summary.cell_rows`).
+(`summary.load_runs`) or the aggregated rows (`summary.cell_rows`).
 """
 
 import math
@@ -14,7 +14,7 @@ matplotlib.use("Agg")  # Files only; no display needed.
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dpnmt import summary  # noqa: E402
+from dpnmt.sweeps import summary  # noqa: E402
 
 SAMPLING_STYLE = {"poisson": ("tab:blue", "o"), "shuffle": ("tab:orange", "s")}
 

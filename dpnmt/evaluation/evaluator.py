@@ -1,0 +1,116 @@
+"""Scores a model on a run's splits: teacher-forced loss, and BLEU/chrF/BERTScore by generation.
+
+Used by the training loop (validation during training, test at the end) and by
+`dpnmt.evaluation.decode` (decoding a trained run).
+"""
+
+import numpy as np
+
+from dpnmt import bridge, distributed, models
+from dpnmt.data.languages import parse_pair
+from dpnmt.evaluation import metrics
+from dpnmt.evaluation.translate import translate as translate_sources
+
+
+def tokenized_examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
+    """A tokenized split (`input_ids`, `labels`) as fixed-length examples (`config.data`)."""
+    return bridge.TokenizedExamples(
+        split["input_ids"],
+        split["labels"],
+        max_source_length=config.data.max_source_length,
+        max_target_length=config.data.max_target_length,
+        pad_id=pad_id,
+    )
+
+
+class Evaluator:
+    """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
+
+    def __init__(self, config, model, model_config, tokenizer, tokenized, corpus, eval_loss, mesh):
+        """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None."""
+        self._config = config
+        self._model = model
+        self._tokenizer = tokenizer
+        self._tokenized = tokenized
+        self._corpus = corpus
+        self._eval_loss = eval_loss
+        self._mesh = mesh
+        self._gen = models.decoding.from_model_config(
+            model_config,
+            config.eval.max_new_tokens,
+            num_beams=config.eval.num_beams,
+            length_penalty=config.eval.length_penalty,
+        )
+        self._target = parse_pair(config.data.pair).target
+
+    def _split(self, name: str, limit: int | None):
+        split = self._tokenized[name]
+        if limit is not None and limit < len(split):
+            split = split.select(range(limit))
+        originals = self._corpus[name]["translation"]
+        references = [originals[i][self._target] for i in split["example_index"]]
+        return split, references
+
+    def _loss(self, params, split) -> float:
+        examples = tokenized_examples(split, self._config, self._tokenizer.pad_id)
+        lot = bridge.Lot(
+            np.arange(len(examples), dtype=np.int64),
+            examples.__getitems__(list(range(len(examples)))).fields,
+        )
+        total, count = 0.0, 0
+        for micro in bridge.to_microbatches(
+            lot, self._config.train.physical_batch_size, pad_values=examples.pad_values
+        ):
+            loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
+            total, count = total + float(loss_sum), count + int(n)
+        return total / max(count, 1)
+
+    def translate(self, params, name: str, limit: int | None) -> tuple[list[str], list[str]]:
+        """(hypotheses by generation, references) for the first `limit` pairs of a split."""
+        split, references = self._split(name, limit)
+        hypotheses = translate_sources(
+            self._model,
+            params,
+            self._tokenizer,
+            list(split["input_ids"]),
+            gen=self._gen,
+            batch_size=self._config.eval.batch_size,
+            max_source_length=self._config.data.max_source_length,
+        )
+        return hypotheses, references
+
+    def scores(self, hypotheses, references, *, bertscore: bool) -> dict:
+        """SacreBLEU (score, signature), chrF and optionally BERTScore."""
+        kwargs = dict(detokenize=self._config.data.detokenize, target_lang=self._target)
+        bleu = metrics.corpus_bleu(hypotheses, references, **kwargs)
+        chrf = metrics.corpus_chrf(hypotheses, references, **kwargs)
+        out = {
+            "bleu": bleu["score"],
+            "bleu_signature": bleu["signature"],
+            "chrf": chrf["score"],
+            "num_sentences": len(hypotheses),
+        }
+        if bertscore:
+            hyp, ref = hypotheses, references
+            if self._config.data.detokenize:
+                hyp = metrics.detokenize_moses(hyp, lang=self._target)
+                ref = metrics.detokenize_moses(ref, lang=self._target)
+            out["bertscore"] = metrics.bertscore(
+                hyp, ref, model_type=self._config.eval.bertscore_model, lang=self._target
+            )
+        return out
+
+    def validation(self, params) -> dict:
+        """Validation loss and BLEU on the first `data.max_eval_examples` pairs."""
+        params = distributed.to_local(params, self._mesh)
+        limit = self._config.data.max_eval_examples
+        hypotheses, references = self.translate(params, "validation", limit)
+        split, _ = self._split("validation", limit)
+        scores = self.scores(hypotheses, references, bertscore=False)
+        return {"loss": self._loss(params, split), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    def test(self, params) -> dict:
+        """Test-split scores (BERTScore if `eval.bertscore`)."""
+        params = distributed.to_local(params, self._mesh)
+        hypotheses, references = self.translate(params, "test", self._config.data.max_test_examples)
+        return self.scores(hypotheses, references, bertscore=self._config.eval.bertscore)

@@ -1,0 +1,183 @@
+"""Runs a sweep's grid: one `python -m dpnmt.train` process per run, states in sweep.json.
+
+Each run trains in its own folder under the sweep's workdir; a rerun skips
+finished runs and resumes the others (`grid.is_finished`).
+"""
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+
+from absl import logging
+
+import dpnmt
+from dpnmt import config_check
+from dpnmt.sweeps import grid
+
+TAIL_LINES = 40  # Lines of a failed run's log kept in the manifest.
+
+
+def child_env(workdir: str, jax_cache: bool) -> dict:
+    """The environment of each run: this sweep's dpnmt first on the path, the XLA cache."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dpnmt.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    if jax_cache and "JAX_COMPILATION_CACHE_DIR" not in env:
+        env["JAX_COMPILATION_CACHE_DIR"] = os.path.abspath(os.path.join(workdir, "jax_cache"))
+    return env
+
+
+def _log_tail(path: str, offset: int) -> str:
+    """The last `TAIL_LINES` lines written to `path` after byte `offset`."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-TAIL_LINES:])
+
+
+def train_one(command: list[str], run_dir: str, env: dict) -> tuple[int, str]:
+    """Runs one training process, its output appended to `run_dir/private/train.log`.
+
+    The run's lock file stays locked while the process lives (it inherits the
+    descriptor), so a second sweep never trains the same folder at once, even
+    if this sweep was killed and left the process running.
+
+    Returns:
+      (exit status, the tail of this attempt's log); status -1 if the run is
+      locked by another live process.
+    """
+    os.makedirs(run_dir, exist_ok=True)
+    lock = open(os.path.join(run_dir, ".sweep.lock"), "w")  # noqa: SIM115
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return -1, f"{run_dir} is locked: another process is training it; wait or stop it."
+        log_path = os.path.join(run_dir, grid.TRAIN_LOG)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, "ab") as log:
+            offset = log.tell()
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fileno(),)
+            )
+            try:
+                status = process.wait()
+            except BaseException:  # Interrupted sweep: stop the run too (it resumes later).
+                process.terminate()
+                process.wait()
+                raise
+        return status, _log_tail(log_path, offset)
+    finally:
+        lock.close()
+
+
+def run_sweep(
+    config_path: str,
+    workdir: str,
+    specs: list[grid.RunSpec],
+    overrides: list[str],
+    *,
+    max_runs: int | None = None,
+    jax_cache: bool = True,
+) -> dict:
+    """Trains every unfinished run of `specs` in order, recording states in sweep.json.
+
+    Args:
+      config_path: the config file (no `:variant`).
+      workdir: the sweep folder.
+      specs: the runs, from `grid.expand`.
+      overrides: `--config.<field>=<value>` flags for every run.
+      max_runs: start at most this many runs (finished ones skipped do not count).
+      jax_cache: share compiled programs between runs (`child_env`).
+
+    Returns:
+      The manifest also written to `workdir/sweep.json`.
+
+    Raises:
+      ValueError: a bad override or config, or a workdir holding another sweep.
+    """
+    if ":" in os.path.basename(config_path):
+        raise ValueError(
+            f"--config={config_path}: give the file without a :variant; --grid and "
+            "--sampling set the variants."
+        )
+    for warning in grid.check_overrides(overrides):
+        logging.warning(warning)
+    configs = {spec: grid.resolve_config(config_path, spec, overrides) for spec in specs}
+    config_check.raise_problems(config_check.sweep_workdir_problems(workdir))
+    grid.check_configs(configs)
+    published = grid.published_overrides(overrides)
+    os.makedirs(workdir, exist_ok=True)
+    sweep_lock = open(os.path.join(workdir, ".sweep.lock"), "w")  # noqa: SIM115
+    try:
+        fcntl.flock(sweep_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as error:
+        raise ValueError(f"Another sweep is running in {workdir}; wait for it.") from error
+    manifest = grid.read_json(os.path.join(workdir, grid.MANIFEST_FILE)) or {
+        "config": config_path,
+        "overrides": published,
+        "runs": {},
+    }
+    if (manifest["config"], manifest["overrides"]) != (config_path, published):
+        raise ValueError(
+            f"{workdir} holds a sweep of --config={manifest['config']} with overrides "
+            f"{manifest['overrides']}; use a new --workdir, or the same config and overrides."
+        )
+    env = child_env(workdir, jax_cache)
+    started = 0
+    for spec in specs:
+        run_dir = os.path.join(workdir, spec.name)
+        record = manifest["runs"].setdefault(
+            spec.name,
+            {"privacy": spec.privacy, "sampling": spec.sampling, "seed": spec.seed, "attempts": 0},
+        )
+        if grid.is_finished(run_dir, configs[spec]):
+            record["state"] = grid.FINISHED
+            record.pop("error_tail", None)
+            logging.info("%s: finished, skipped.", spec.name)
+            continue
+        if max_runs is not None and started >= max_runs:
+            record["state"] = grid.PENDING
+            continue
+        started += 1
+        record.update(state=grid.RUNNING, attempts=record["attempts"] + 1)
+        grid.write_manifest(workdir, manifest)
+        logging.info("%s: training (attempt %d).", spec.name, record["attempts"])
+        command = [sys.executable, "-m", "dpnmt.train"]
+        command += grid.train_flags(config_path, spec, run_dir, overrides)
+        begin = time.time()
+        try:
+            status, tail = train_one(command, run_dir, env)
+        except BaseException:  # Stopped (Ctrl-C, SIGTERM): the rerun resumes this run.
+            record["state"] = grid.INTERRUPTED
+            grid.write_manifest(workdir, manifest)
+            raise
+        record["seconds_last_attempt"] = round(time.time() - begin, 1)
+        record["returncode"] = status
+        if status == 0 and grid.is_finished(run_dir, configs[spec]):
+            record["state"] = grid.FINISHED
+            record.pop("error_tail", None)
+            logging.info("%s: finished in %.0f s.", spec.name, record["seconds_last_attempt"])
+        else:
+            record.update(state=grid.FAILED, error_tail=tail)
+            logging.error("%s: failed (exit %d); log: %s", spec.name, status, run_dir)
+        grid.write_manifest(workdir, manifest)
+    grid.write_manifest(workdir, manifest)
+    return manifest
+
+
+def status_lines(manifest: dict, specs: list[grid.RunSpec]) -> tuple[str, bool]:
+    """A one-line-per-run summary and whether any of `specs` failed."""
+    lines, failed = [], False
+    for spec in specs:
+        record = manifest["runs"][spec.name]
+        lines.append(f"  {spec.name:32s} {record['state']}")
+        if record["state"] == grid.FAILED:
+            failed = True
+            last = (record.get("error_tail") or "").strip().splitlines()[-1:]
+            lines.append(f"      {last[0] if last else ''}")
+    return "\n".join(lines), failed

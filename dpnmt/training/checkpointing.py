@@ -1,0 +1,167 @@
+"""Orbax checkpoints of a training run: arrays, plus JSON metadata for the rest.
+
+A checkpoint holds the trainable params and optimizer state as arrays, and as
+JSON the step, the privacy plan, the history, the early-stopping state and a
+random run id (independent of the seed) that ties it to the workdir's
+`private/` records. The secret seed and the sampler state live only in
+`private/` (`dpnmt.training.run_dir`): a checkpoint holds nothing derived from
+them and may be published.
+"""
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+from dpnmt import distributed, privacy
+from dpnmt.training import run_dir as run_dir_lib
+from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopState:
+    """What the training loop carries from lot to lot, and what a checkpoint restores.
+
+    Attributes:
+      step: lots done.
+      trainable: the trainable parameters (pytree, replicated on the data mesh).
+      opt_state: the optimizer state (pytree).
+      best: early stopping: {"bleu", "step", "evals_without_gain"}.
+      history: validation metrics so far, one dict per evaluation.
+      stopped_early: whether early stopping ended the run.
+    """
+
+    step: int
+    trainable: Any
+    opt_state: Any
+    best: dict
+    history: list
+    stopped_early: bool = False
+
+    @classmethod
+    def initial(cls, trainable, opt_state) -> "LoopState":
+        """The state before the first lot."""
+        best = {"bleu": -1.0, "step": 0, "evals_without_gain": 0}
+        return cls(0, trainable, opt_state, best, [], False)
+
+
+def make_manager(workdir: str, *, max_to_keep: int = 2) -> ocp.CheckpointManager:
+    """A CheckpointManager over `workdir/checkpoints` with items `state` and `meta`."""
+    directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    return ocp.CheckpointManager(directory, options=options)
+
+
+def save(manager: ocp.CheckpointManager, step: int, state: Any, meta: dict) -> None:
+    """Saves `state` (pytree of arrays) and `meta` (JSON-able dict) at `step`; waits."""
+    manager.save(
+        step,
+        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+        force=True,
+    )
+    manager.wait_until_finished()
+
+
+def restore_latest(manager: ocp.CheckpointManager, like: Any) -> tuple[int, Any, dict] | None:
+    """(step, state, meta) of the latest checkpoint, or None if there is none.
+
+    Args:
+      manager: from `make_manager`.
+      like: a pytree with the structure, shapes and dtypes of the saved state.
+    """
+    step = manager.latest_step()
+    if step is None:
+        return None
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(state=ocp.args.StandardRestore(like), meta=ocp.args.JsonRestore()),
+    )
+    return step, restored["state"], restored["meta"]
+
+
+def save_state(
+    manager: ocp.CheckpointManager,
+    run_dir: RunDir,
+    state: LoopState,
+    *,
+    sampler_state: dict,
+    run_id: int,
+    plan: privacy.PrivacyPlan,
+) -> None:
+    """Checkpoints `state`; the sampler's state goes to `private/` (process 0 writes it)."""
+    if distributed.is_primary():  # Every process holds the same sampler state.
+        run_dir.save_sampler_state(state.step, sampler_state)
+    meta = {
+        "step": state.step,
+        "run_id": str(run_id),  # A random nonce, independent of the seed.
+        "best": state.best,
+        "history": state.history,
+        "plan": dataclasses.asdict(plan),
+        "steps_done": state.step,
+        "stopped_early": state.stopped_early,
+    }
+    save(
+        manager,
+        state.step,
+        {"trainable": state.trainable, "opt_state": state.opt_state},
+        json.loads(run_dir_lib.json_dumps(meta)),
+    )
+
+
+def restore_state(
+    manager: ocp.CheckpointManager,
+    like: LoopState,
+    *,
+    noise_seed: int,
+    run_id: int,
+    run_dir: RunDir,
+    plan: privacy.PrivacyPlan,
+) -> LoopState:
+    """The latest checkpoint's state, refused if it belongs to another run or plan."""
+    step, arrays, meta = restore_latest(
+        manager, {"trainable": like.trainable, "opt_state": like.opt_state}
+    )
+    check_binding(meta, noise_seed, run_id, run_dir.path)
+    if privacy.PrivacyPlan(**meta["plan"]) != plan:
+        raise ValueError(
+            f"The resumed run's privacy plan {plan} differs from the checkpoint's "
+            f"{meta['plan']} (changed data or library versions?); start a new workdir."
+        )
+    return LoopState(
+        step=step,
+        trainable=arrays["trainable"],
+        opt_state=arrays["opt_state"],
+        best=meta["best"],
+        history=meta["history"],
+        stopped_early=bool(meta.get("stopped_early", False)),
+    )
+
+
+def legacy_seed_hash(seed: int) -> str:
+    """The unsalted seed hash that checkpoints written before the run id published."""
+    return hashlib.sha256(f"dpnmt-noise-seed:{seed}".encode()).hexdigest()
+
+
+def check_binding(meta: dict, noise_seed: int, run_id: int, workdir: str) -> None:
+    """Refuses a checkpoint that belongs to another workdir's private records."""
+    if "run_id" in meta:
+        if int(meta["run_id"]) != run_id:
+            raise ValueError(
+                f"The checkpoint's run id differs from {workdir}/{PRIVATE_DIR}/run_id: the "
+                "checkpoints come from another run; use that run's workdir or a new one."
+            )
+        return
+    if meta.get("noise_seed_sha256") != legacy_seed_hash(noise_seed):
+        raise ValueError(
+            "The checkpoint's noise seed differs from the workdir's private record "
+            f"({workdir}/{PRIVATE_DIR}/noise_seed); use that run's workdir or a new one."
+        )
+    logging.warning(
+        "%s's older checkpoints hold a hash of the noise seed in their published metadata "
+        "(an old format): new checkpoints do not; delete the old ones before publishing.",
+        workdir,
+    )

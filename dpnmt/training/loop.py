@@ -1,0 +1,253 @@
+"""DP-SGD training of a seq2seq model: the library behind `python -m dpnmt.train`.
+
+One step = one lot. The lot source (Poisson or shuffled, from `dpnmt.bridge`)
+yields the lot's examples; they are split into fixed-shape masked micro-batches,
+each contributes its sum of clipped per-example gradients to an accumulator
+(`dpnmt.core`), and the lot's update adds Gaussian noise once and divides by
+the fixed expected lot size L. σ, q = L/N and T come from one `PrivacyPlan`,
+which the sampler, the step and the accountant all read. The pieces are built
+by `dpnmt.training.setup.build_run`; this module runs the lots, evaluates,
+checkpoints a `LoopState` and writes results.json.
+"""
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from dpnmt import bridge, core, distributed, models
+from dpnmt.evaluation.evaluator import Evaluator
+from dpnmt.training import checkpointing, steps
+from dpnmt.training.checkpointing import LoopState
+from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter, RateWindow, log_progress
+from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.run_dir import PREPROCESSING_FILE, PRIVATE_DIR, derived_seed, json_dumps
+from dpnmt.training.setup import RunPieces, build_run
+
+
+def train_and_evaluate(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    stop_after_steps: int | None = None,
+    corpus_transform: Callable[[Any], Any] | None = None,
+) -> dict:
+    """Trains (resuming from `workdir` if it holds a checkpoint), evaluates, reports.
+
+    Args:
+      config: the resolved experiment config (see `dpnmt.config_lib`).
+      workdir: output folder: config.json, tokenizer, checkpoints, results.json.
+      stop_after_steps: end this session after this step (checkpointed), as if
+        interrupted; rerunning resumes. None trains to the end.
+      corpus_transform: `DatasetDict -> DatasetDict` applied to the loaded
+        corpus before the tokenizer and the privacy plan are built, so rows it
+        adds to train are training examples like any other (in the vocabulary's
+        histogram, in N and q). `dpnmt.auditing` adds its canaries this way; a
+        resumed run must pass the same transform.
+
+    In a multi-process run (`jax.distributed` initialised, see
+    `dpnmt.distributed`) every process calls this with the same config and a
+    shared `workdir`; process 0 alone writes files, logs and reports ε.
+
+    Returns:
+      The results dict (process 0 also writes it to `workdir/results.json`).
+    """
+    run = build_run(config, workdir, corpus_transform=corpus_transform)
+    plan = run.plan
+    # Parameters and optimizer state live replicated on the data mesh.
+    replicated = bridge.replicated_sharding(run.mesh)
+    trainable, frozen, opt_state = jax.device_put(
+        (run.trainable, run.frozen, run.opt_state), replicated
+    )
+    state = LoopState.initial(trainable, opt_state)
+    if run.resuming:
+        state = checkpointing.restore_state(
+            run.manager,
+            state,
+            noise_seed=run.noise_seed,
+            run_id=run.run_id,
+            run_dir=run.run_dir,
+            plan=plan,
+        )
+        trainable, opt_state = jax.device_put((state.trainable, state.opt_state), replicated)
+        state = dataclasses.replace(state, trainable=trainable, opt_state=opt_state)
+        run.lots.load_state_dict(run.run_dir.load_sampler_state(state.step))
+        logging.info("Resumed from step %d.", state.step)
+
+    noise_base = core.key_from_seed(derived_seed(run.noise_seed, "noise"))
+    if config.dp.secure_rng and plan.private:
+        # Fresh secure lots after a resume: never pair them with replayed noise keys.
+        noise_base = jax.random.fold_in(noise_base, run.run_dir.count_session())
+    dropout_base = jax.random.fold_in(run.root_key, 1)
+    # Every process evaluates on its own devices (identical results, no
+    # cross-process traffic); process 0 alone writes them.
+    local_mesh = distributed.local_mesh()
+    evaluator = Evaluator(
+        config,
+        run.model,
+        run.model_config,
+        run.tokenizer,
+        run.tokenized,
+        run.corpus,
+        steps.make_eval_loss(run.loss_fn, local_mesh),
+        local_mesh,
+    )
+    writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
+    if state.step == 0 and config.train.eval_every_steps:
+        metrics = evaluator.validation(models.merge_params(state.trainable, frozen))
+        metrics.update(step=0, epsilon=plan.epsilon_after(0))
+        state = dataclasses.replace(state, history=[*state.history, metrics])
+        writer.write(0, {f"validation/{k}": v for k, v in metrics.items()})
+        logging.info("eval before training: %s", metrics)
+    start_step = state.step
+    started = time.time()
+    rates = RateWindow(start_step, started)
+    # Host side (sampling, micro-batching, sharding) runs a lot ahead in a thread.
+    prefetched = bridge.device_lots(
+        run.lots,
+        run.mesh,
+        config.train.physical_batch_size,
+        pad_values=run.train_examples.pad_values,
+        rows_from=run.train_examples,
+    )
+    last_stop = (
+        plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
+    )
+    try:
+        while state.step < last_stop and not state.stopped_early:
+            microbatches = next(prefetched)  # Empty for an empty lot: still a step.
+            step = state.step
+            # Placed like the step's output, so add_microbatch compiles once, not twice.
+            acc = jax.device_put(core.init_accumulator(state.trainable), replicated)
+            loss_sum = jnp.zeros(())
+            for index, micro in enumerate(microbatches):
+                key = jax.random.fold_in(jax.random.fold_in(dropout_base, step), index)
+                acc, micro_loss = run.step_fns.add_microbatch(
+                    acc, state.trainable, frozen, micro, key
+                )
+                loss_sum = loss_sum + micro_loss
+            # The lot's mean loss, divided on device by its (private) size.
+            train_loss = loss_sum / jnp.maximum(acc.num_examples, 1)
+            trainable, opt_state = run.step_fns.apply_lot(
+                state.trainable, state.opt_state, acc, core.noise_key_for_step(noise_base, step)
+            )
+            step += 1
+            state = dataclasses.replace(state, step=step, trainable=trainable, opt_state=opt_state)
+            if step % config.train.log_every_steps == 0 or step == plan.num_steps:
+                # A private run's training loss is an un-noised statistic of the lot
+                # (0.0 exactly for an empty lot): it is not released.
+                loss = None if plan.private else float(train_loss)
+                log_progress(writer, plan, step, rates.update(step, time.time()), loss)
+            evaluate_now = (
+                config.train.eval_every_steps and step % config.train.eval_every_steps == 0
+            )
+            if evaluate_now and step < plan.num_steps:
+                state = _validate(state, run, evaluator, writer, frozen)
+            if (
+                step % config.train.checkpoint_every_steps == 0
+                or step in (plan.num_steps, last_stop)
+                or state.stopped_early
+            ):
+                checkpointing.save_state(
+                    run.manager,
+                    run.run_dir,
+                    state,
+                    sampler_state=prefetched.state_dict(),
+                    run_id=run.run_id,
+                    plan=plan,
+                )
+            if state.stopped_early:
+                break
+    finally:
+        prefetched.close()
+        run.manager.wait_until_finished()
+        writer.close()
+
+    if state.step < plan.num_steps and not state.stopped_early:
+        logging.info(
+            "Stopped after step %d of %d as asked; rerun to resume.", state.step, plan.num_steps
+        )
+        return {"steps_done": state.step, "finished": False}
+    results = _results(run, state, evaluator, frozen, start_step, time.time() - started)
+    if distributed.is_primary():
+        run.run_dir.write_results(results)
+    logging.info(
+        "Test: %s  Privacy: %s", json_dumps(results["test"]), json_dumps(results["privacy"])
+    )
+    return results
+
+
+def _validate(state: LoopState, run: RunPieces, evaluator, writer, frozen) -> LoopState:
+    """Validation scores at `state.step`, added to the history; early stopping decided."""
+    step, plan = state.step, run.plan
+    metrics = evaluator.validation(models.merge_params(state.trainable, frozen))
+    metrics.update(step=step, epsilon=plan.epsilon_after(step))
+    writer.write(step, {f"validation/{k}": v for k, v in metrics.items()})
+    logging.info("eval at step %d: %s", step, metrics)
+    if metrics["bleu"] > state.best["bleu"]:
+        best = {"bleu": metrics["bleu"], "step": step, "evals_without_gain": 0}
+    else:
+        best = {**state.best, "evals_without_gain": state.best["evals_without_gain"] + 1}
+    stopped_early = False
+    patience = run.config.train.early_stopping_patience
+    if patience and best["evals_without_gain"] >= patience:
+        logging.info("Early stopping at step %d (best BLEU at step %d).", step, best["step"])
+        stopped_early = True
+    stopped_early = distributed.agree(stopped_early)
+    return dataclasses.replace(
+        state, best=best, history=[*state.history, metrics], stopped_early=stopped_early
+    )
+
+
+def _results(
+    run: RunPieces, state: LoopState, evaluator, frozen, start_step: int, train_seconds: float
+) -> dict:
+    """results.json (a published format: keys and meanings are fixed)."""
+    plan = run.plan
+    lots_this_session = state.step - start_step
+    timed = lots_this_session >= MIN_RATE_WINDOW_LOTS  # Else no rate is published.
+    params = models.merge_params(state.trainable, frozen)
+    return {
+        "finished": True,
+        "validation": evaluator.validation(params),
+        "test": evaluator.test(params),
+        "privacy": privacy_report(
+            plan,
+            state.step,
+            run.vocabulary,
+            validation_is_private=run.validation_is_private,
+        ).to_json(),
+        "history": state.history,
+        "stopped_early": state.stopped_early,
+        "steps_done": state.step,
+        "train_seconds_this_session": train_seconds if timed else None,
+        "seconds_per_epoch": (
+            train_seconds / lots_this_session * max(plan.steps_per_epoch, 1) if timed else None
+        ),
+        "timing_note": f"means over this session's {lots_this_session} lots, published only "
+        f"over at least {MIN_RATE_WINDOW_LOTS} lots (None: fewer); never per lot",
+        "preprocessing": {
+            s: dataclasses.asdict(v)
+            for s, v in run.split_stats.items()
+            if s not in run.private_splits
+        }
+        | {"train": {"num_kept": plan.dataset_size}},
+        "preprocessing_note": "exact counts of public splits; of the private training "
+        "split (and of a validation split carved from it) only num_kept = N, assumed "
+        f"public; the exact counts stay in {PRIVATE_DIR}/{PREPROCESSING_FILE}. None: not "
+        "counted (the train split was tokenized per lot, data.tokenize_train)",
+        "validation_is_private": run.validation_is_private,
+        "validation_note": (
+            "validation pairs were carved from the private training data: their loss and "
+            "BLEU (metrics, history, early stopping, this file) are NOT covered by the "
+            "guarantee"
+            if run.validation_is_private
+            else "validation is the corpus's own public split (drives evaluation and "
+            "early stopping)"
+        ),
+    }

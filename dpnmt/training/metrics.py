@@ -1,0 +1,90 @@
+"""Training metrics: progress lines, rates over long windows, metrics.jsonl and TensorBoard.
+
+Rates use the EXPECTED lot size L (realised sizes are private) and are
+published only as means over at least `MIN_RATE_WINDOW_LOTS` lots: a shorter
+window could time one lot (how many micro-batches it took).
+"""
+
+import json
+import logging
+import math
+import os
+import time
+
+from dpnmt.training.run_dir import METRICS_FILE, TENSORBOARD_DIR
+
+MIN_RATE_WINDOW_LOTS = 50
+
+
+class RateWindow:
+    """Lots per second, measured only over windows of at least `MIN_RATE_WINDOW_LOTS` lots.
+
+    A rate over a few lots could reveal how many micro-batches one lot took (its
+    private size); `update` returns a rate only when a window closes, and the
+    same (stale) rate until the next one closes.
+    """
+
+    def __init__(self, start_step: int, start_time: float):
+        """Opens the first window at `start_step`, `start_time` (seconds)."""
+        self._step, self._time = start_step, start_time
+        self._rate: float | None = None
+
+    def update(self, step: int, now: float) -> float | None:
+        """The last closed window's lots/s (None before the first one closes)."""
+        if step - self._step >= MIN_RATE_WINDOW_LOTS:
+            self._rate = (step - self._step) / max(now - self._time, 1e-9)
+            self._step, self._time = step, now
+        return self._rate
+
+
+def log_progress(writer, plan, step, lots_per_second: float | None, train_loss: float | None):
+    """Logs one progress line and its scalars.
+
+    Rates use the EXPECTED lot size L (realised sizes are private) and come only
+    from windows of at least `MIN_RATE_WINDOW_LOTS` lots (`RateWindow`);
+    tokens/s is not shown. The training loss is shown for non-private runs only.
+    """
+    epsilon = plan.epsilon_after(step)
+    loss_text = "" if train_loss is None else f"  train loss {train_loss:.4f}"
+    rate_text = f"  (rates over >= {MIN_RATE_WINDOW_LOTS} lots only)"
+    scalars = {"privacy/epsilon_spent": epsilon}
+    if lots_per_second is not None:
+        eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
+        rate_text = (
+            f"  {lots_per_second:.3f} lots/s  ~{lots_per_second * plan.expected_lot_size:.1f} "
+            f"examples/s (L x lots/s, mean over >= {MIN_RATE_WINDOW_LOTS} lots)  ETA {eta:.0f} s"
+        )
+        scalars["train/lots_per_second"] = lots_per_second
+    logging.info(
+        "step %d/%d%s%s  ε spent %.4g", step, plan.num_steps, rate_text, loss_text, epsilon
+    )
+    if train_loss is not None:
+        scalars["train/loss"] = train_loss
+    writer.write(step, scalars)
+
+
+class MetricsWriter:
+    """Scalars to `workdir/metrics.jsonl` and TensorBoard event files in `workdir/tensorboard`."""
+
+    def __init__(self, workdir: str):
+        from tensorboardX import SummaryWriter  # Deferred: only the app writes events.
+
+        self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a")  # noqa: SIM115
+        self._tensorboard = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIR))
+        # One wall time for every event: per-event times would time the lots
+        # between two log steps (see `RateWindow`).
+        self._walltime = float(int(time.time()))
+
+    def write(self, step: int, scalars: dict) -> None:
+        """Appends one JSON line and one TensorBoard scalar per numeric value."""
+        numeric = {k: float(v) for k, v in scalars.items() if isinstance(v, (int, float))}
+        self._jsonl.write(json.dumps({"step": step, **numeric}) + "\n")
+        self._jsonl.flush()
+        for name, value in numeric.items():
+            if math.isfinite(value):
+                self._tensorboard.add_scalar(name, value, step, walltime=self._walltime)
+
+    def close(self) -> None:
+        """Flushes and closes both outputs."""
+        self._jsonl.close()
+        self._tensorboard.close()

@@ -1,0 +1,220 @@
+"""The privacy a run can defend: `PrivacyReport`, results.json's "privacy" record.
+
+The guarantee is ε at the PLANNED T steps, fixed before training: early
+stopping picks the stop step from validation scores, so ε at the realised step
+is chosen adaptively and is reported only as
+`epsilon_at_realised_stop_NOT_A_GUARANTEE` (no privacy filter is used).
+`to_json` gives results.json's "privacy" object (a published format: its keys
+and their order are fixed); `from_json` reads it back.
+"""
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from dpnmt import config_lib, privacy
+
+ASSUMED_PUBLIC = (
+    "dataset_size (N, training examples after preprocessing: q = L/N, σ and T derive from it)",
+    "expected_lot_size (L), noise_multiplier (σ), l2_clip (C), steps_planned (T), the config",
+    "the validation and test splits, unless validation_is_private",
+)
+DP_SGD_EPSILON_IS_AT = "the planned T steps (steps_planned), fixed before training"
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabularyClaim:
+    """How the vocabulary was made and what it adds to ε (`VocabularyRecord`'s public part)."""
+
+    kind: str
+    covered_by_guarantee: bool
+    epsilon: float | None
+    delta: float | None
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyReport:
+    """The run's claim: DP-SGD's (ε, δ) at the planned T, composed with the vocabulary's.
+
+    Attributes (units: ε in nats of privacy loss, δ a probability, sizes in
+    examples): as results.json's "privacy" object. The `*_NOT_A_GUARANTEE`
+    figures and `total_delta` are None when they do not apply (then absent
+    from the JSON).
+    """
+
+    private: bool
+    bound: str
+    sampling: str
+    adjacency: str
+    noise_multiplier: float
+    l2_clip: float
+    expected_lot_size: int
+    dataset_size: int
+    sampling_rate: float
+    assumed_public: tuple[str, ...]
+    steps_done: int
+    steps_planned: int
+    dp_sgd_epsilon: float
+    dp_sgd_epsilon_is_at: str
+    dp_sgd_delta: float
+    validation_is_private: bool
+    vocabulary: VocabularyClaim
+    total_epsilon: float
+    composition: str
+    total_delta: float | None = None
+    epsilon_at_realised_stop_NOT_A_GUARANTEE: float | None = None
+    epsilon_if_poisson_NOT_A_GUARANTEE: float | None = None
+    epsilon_if_seed_were_secret_NOT_A_GUARANTEE: float | None = None
+
+    # results.json's key order (a published format).
+    _ORDER = (
+        "private",
+        "bound",
+        "sampling",
+        "adjacency",
+        "noise_multiplier",
+        "l2_clip",
+        "expected_lot_size",
+        "dataset_size",
+        "sampling_rate",
+        "assumed_public",
+        "steps_done",
+        "steps_planned",
+        "dp_sgd_epsilon",
+        "dp_sgd_epsilon_is_at",
+        "dp_sgd_delta",
+        "validation_is_private",
+        "vocabulary",
+        "epsilon_at_realised_stop_NOT_A_GUARANTEE",
+        "epsilon_if_poisson_NOT_A_GUARANTEE",
+        "epsilon_if_seed_were_secret_NOT_A_GUARANTEE",
+        "total_epsilon",
+        "total_delta",
+        "composition",
+    )
+    _OPTIONAL = (
+        "total_delta",
+        "epsilon_at_realised_stop_NOT_A_GUARANTEE",
+        "epsilon_if_poisson_NOT_A_GUARANTEE",
+        "epsilon_if_seed_were_secret_NOT_A_GUARANTEE",
+    )
+
+    @property
+    def claimed(self) -> tuple[float, float]:
+        """The (ε, δ) the run claims in total: ε inf without a guarantee."""
+        epsilon = self.total_epsilon if self.private else math.inf
+        delta = self.total_delta if self.total_delta is not None else self.dp_sgd_delta
+        return float(epsilon), float(delta)
+
+    def to_json(self) -> dict[str, Any]:
+        """results.json's "privacy" object (non-finite floats stay floats: `write_json`)."""
+        out = {}
+        for key in self._ORDER:
+            value = getattr(self, key)
+            if key in self._OPTIONAL and value is None:
+                continue
+            if key == "vocabulary":
+                value = dataclasses.asdict(value)
+            elif key == "assumed_public":
+                value = list(value)
+            out[key] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PrivacyReport":
+        """Reads `to_json`'s object back (as loaded from results.json: inf as "inf")."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["vocabulary"] = VocabularyClaim(**data["vocabulary"])
+        values["assumed_public"] = tuple(data["assumed_public"])
+        for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
+            if "float" in str(field.type) and isinstance(values.get(field.name), str):
+                values[field.name] = float(values[field.name])
+        return cls(**values)
+
+
+def adjacency(plan: privacy.PrivacyPlan) -> str:
+    """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
+    if not plan.private:
+        return "none (no guarantee)"
+    if plan.sampling == privacy.POISSON:
+        return "add/remove one training example (Poisson-sampled Gaussian)"
+    return (
+        "replace one training example by a null example that contributes zero (the "
+        "dataset size N is unchanged; each epoch is one Gaussian mechanism on it)"
+    )
+
+
+def privacy_report(
+    plan: privacy.PrivacyPlan,
+    steps_done: int,
+    vocabulary,
+    *,
+    validation_is_private: bool = False,
+) -> PrivacyReport:
+    """The ε the run can defend, by which bound, composed with the vocabulary's.
+
+    Args:
+      plan: the run's privacy plan (σ, q, T, the accountant).
+      steps_done: lots trained so far.
+      vocabulary: the `tokenizers.VocabularyRecord` of the run's vocabulary.
+      validation_is_private: whether validation pairs were carved from train.
+    """
+    sgd_epsilon = plan.epsilon_after(plan.num_steps)
+    optional: dict[str, Any] = {}
+    if plan.private and steps_done < plan.num_steps:
+        optional["epsilon_at_realised_stop_NOT_A_GUARANTEE"] = plan.epsilon_after(steps_done)
+    poisson_figure = plan.poisson_figure_not_a_guarantee(plan.num_steps)
+    if poisson_figure is not None:
+        optional["epsilon_if_poisson_NOT_A_GUARANTEE"] = poisson_figure
+    vocab_epsilon = vocabulary.epsilon or 0.0
+    analytic = (vocabulary.details or {}).get("epsilon_analytic")
+    if analytic is not None:  # The classical formula can understate ε above 1.
+        vocab_epsilon = max(vocab_epsilon, analytic)
+    if plan.private and not plan.seed_is_secret:
+        # What the run would claim with a secret seed: for tests to check the accounting.
+        as_if_secret = dataclasses.replace(plan, seed_is_secret=True)
+        optional["epsilon_if_seed_were_secret_NOT_A_GUARANTEE"] = as_if_secret.epsilon_after(
+            plan.num_steps
+        )
+        total_epsilon = math.inf
+        composition = (
+            f"{config_lib.FIXED_SEED_NOTE} (config.{config_lib.FIXED_SEED_SWITCH}: tests only)"
+        )
+    elif not vocabulary.covered_by_guarantee:
+        total_epsilon = math.inf
+        composition = "vocabulary learnt from private data without DP: no guarantee"
+    else:
+        total_epsilon = sgd_epsilon + vocab_epsilon
+        optional["total_delta"] = plan.delta + (vocabulary.delta or 0.0)
+        composition = "basic composition (ε and δ add) of DP-SGD and the vocabulary"
+    return PrivacyReport(
+        private=plan.private,
+        bound=plan.bound,
+        sampling=plan.sampling,
+        adjacency=adjacency(plan),
+        noise_multiplier=plan.noise_multiplier,
+        l2_clip=plan.l2_clip,
+        expected_lot_size=plan.expected_lot_size,
+        dataset_size=plan.dataset_size,
+        sampling_rate=plan.sampling_rate,
+        assumed_public=ASSUMED_PUBLIC,
+        steps_done=steps_done,
+        steps_planned=plan.num_steps,
+        dp_sgd_epsilon=sgd_epsilon,
+        dp_sgd_epsilon_is_at=DP_SGD_EPSILON_IS_AT,
+        dp_sgd_delta=plan.delta,
+        validation_is_private=validation_is_private,
+        vocabulary=VocabularyClaim(
+            kind=vocabulary.kind,
+            covered_by_guarantee=vocabulary.covered_by_guarantee,
+            epsilon=vocabulary.epsilon,
+            delta=vocabulary.delta,
+            note=vocabulary.note,
+        ),
+        total_epsilon=total_epsilon,
+        composition=composition,
+        **optional,
+    )

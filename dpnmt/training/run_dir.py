@@ -1,0 +1,206 @@
+"""A run's folder (`--workdir`): the one owner of its file names and private records.
+
+Published (the workdir minus `private/`): config.json, results.json,
+metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json)
+and checkpoints/. Private (`private/`, never published): the secret noise seed,
+the run id, the sampler state of each checkpoint, the session counter and the
+exact preprocessing counts of private splits.
+"""
+
+import json
+import math
+import os
+
+import ml_collections
+import numpy as np
+
+from dpnmt import config_lib, core
+from dpnmt.errors import ConfigError
+
+CONFIG_FILE = "config.json"
+RESULTS_FILE = "results.json"
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+TOKENIZER_FILE = "tokenizer.model"
+VOCABULARY_RECORD_FILE = "vocabulary.json"
+CHECKPOINT_DIR = "checkpoints"
+PRIVATE_DIR = "private"  # Secret seed and sampler state: never publish this folder.
+PREPROCESSING_FILE = "preprocessing.json"  # In private/: exact counts of private splits.
+NOISE_SEED_FILE = "noise_seed"
+RUN_ID_FILE = "run_id"
+SESSIONS_FILE = "sessions"
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return str(value)
+
+
+def strict_json(value):
+    """`value` with non-finite floats as strings ("inf"), so files are strict JSON."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return str(float(value))
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return value
+
+
+def write_json(path: str, value) -> None:
+    """Writes strict JSON (no NaN/Infinity tokens)."""
+    with open(path, "w") as f:
+        json.dump(strict_json(value), f, indent=2, default=_json_default, allow_nan=False)
+
+
+def json_dumps(value) -> str:
+    """One-line JSON of `value` (numpy scalars as numbers, the rest as strings)."""
+    return json.dumps(value, default=_json_default)
+
+
+def derived_seed(seed: int, purpose: str) -> int:
+    """A 128-bit seed for `purpose` ("noise", "sampler", "vocabulary") from the run seed."""
+    purposes = {"noise": 0, "sampler": 1, "vocabulary": 2}
+    words = np.random.SeedSequence([seed, purposes[purpose]]).generate_state(4, np.uint32)
+    return sum(int(word) << (32 * i) for i, word in enumerate(words))
+
+
+class RunDir:
+    """The files of one training run under `path`; process 0 alone writes them."""
+
+    def __init__(self, path: str):
+        """Names the folder; nothing is created until something is written."""
+        self.path = path
+
+    def file(self, name: str) -> str:
+        """The path of a published file, e.g. `file(RESULTS_FILE)`."""
+        return os.path.join(self.path, name)
+
+    def private_file(self, name: str) -> str:
+        """The path of a file under `private/`."""
+        return os.path.join(self.path, PRIVATE_DIR, name)
+
+    @property
+    def config_path(self) -> str:
+        """`config.json`: the resolved config the run is bound to."""
+        return self.file(CONFIG_FILE)
+
+    @property
+    def results_path(self) -> str:
+        """`results.json`: the published results (format: `dpnmt.training.loop`)."""
+        return self.file(RESULTS_FILE)
+
+    def bind_config(self, config: ml_collections.ConfigDict) -> None:
+        """Writes the published config (noise seed removed), or refuses a workdir made by another.
+
+        A workdir is bound to its config once it holds a checkpoint; one holding
+        only a learnt vocabulary is bound in the fields the vocabulary depends on
+        (`config_check.binding_changes`: learning it again would spend privacy
+        again). Otherwise a corrected config simply replaces the old one.
+        """
+        # Deferred: config_check reads this module's file names.
+        from dpnmt import config_check
+
+        config = config_lib.published_config(config)  # config.json never holds the seed.
+        problems = config_check.workdir_problems(self.path, config)
+        config_check.raise_problems(problems)
+        resolved = json.loads(config.to_json_best_effort())
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"--workdir={self.path} cannot be created: {error}") from error
+        if os.path.exists(self.config_path):
+            with open(self.config_path) as f:
+                if json.load(f) == resolved:
+                    return
+        with open(self.config_path, "w") as f:
+            json.dump(resolved, f, indent=2, sort_keys=True)
+
+    def read_results(self) -> dict | None:
+        """results.json as written, or None when there is none."""
+        if not os.path.exists(self.results_path):
+            return None
+        with open(self.results_path) as f:
+            return json.load(f)
+
+    def write_results(self, results: dict) -> None:
+        """Writes results.json (strict JSON)."""
+        write_json(self.results_path, results)
+
+    def write_private_json(self, name: str, value) -> None:
+        """Writes `private/<name>` (strict JSON), creating `private/`."""
+        os.makedirs(os.path.join(self.path, PRIVATE_DIR), exist_ok=True)
+        write_json(self.private_file(name), value)
+
+    def noise_seed(self, config: ml_collections.ConfigDict, resuming: bool) -> int:
+        """The run's secret seed: 128 bits from the OS (or a test's fixed one), in `private/`.
+
+        It derives the noise keys, the Poisson sampler's seed and the vocabulary's
+        noise. Anyone who has it can subtract the noise: never publish `private/`.
+        Nothing published holds it or anything derived from it.
+        """
+        path = self.private_file(NOISE_SEED_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                seed = int(f.read())
+            if config.noise_seed is not None and int(config.noise_seed) != seed:
+                raise ValueError(
+                    f"config.noise_seed differs from the seed in {path}; drop "
+                    "--config.noise_seed to resume, or use a new --workdir."
+                )
+            return seed
+        if resuming:
+            raise ValueError(f"{self.path} has checkpoints but no {path}; cannot resume safely.")
+        seed = config.noise_seed if config.noise_seed is not None else core.fresh_seed()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(str(seed))
+        return seed
+
+    def run_id(self) -> int:
+        """A random 128-bit nonce in `private/run_id`, drawn once; checkpoints record it.
+
+        It ties a checkpoint to this workdir's private records without publishing
+        anything derived from the seed (it is independent of the seed).
+        """
+        path = self.private_file(RUN_ID_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                return int(f.read())
+        value = core.fresh_seed()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(str(value))
+        return value
+
+    def count_session(self) -> int:
+        """How many sessions this workdir has run (0 for the first), counted in private/."""
+        path = self.private_file(SESSIONS_FILE)
+        count = int(open(path).read()) if os.path.exists(path) else 0
+        with open(path, "w") as f:
+            f.write(str(count + 1))
+        return count
+
+    def sampler_path(self, step: int) -> str:
+        """Where the sampler state of the checkpoint at `step` lives (in private/)."""
+        # Lot membership is private: the sampler state stays out of the checkpoint.
+        return self.private_file(f"sampler_step_{step}.json")
+
+    def save_sampler_state(self, step: int, state: dict) -> None:
+        """Writes the lot sampler's `state_dict()` for the checkpoint at `step`."""
+        out = dict(state)
+        if out.get("generator_state") is not None:
+            out["generator_state"] = np.asarray(out["generator_state"], np.uint8).tolist()
+        with open(self.sampler_path(step), "w") as f:
+            json.dump(out, f)
+
+    def load_sampler_state(self, step: int) -> dict:
+        """The sampler state saved with the checkpoint at `step`."""
+        with open(self.sampler_path(step)) as f:
+            out = json.load(f)
+        if out.get("generator_state") is not None:
+            out["generator_state"] = np.asarray(out["generator_state"], np.uint8)
+        return out

@@ -1,0 +1,311 @@
+"""Builds a training run's pieces in order, for the loop to consume.
+
+`build_run` reads top to bottom: checks and the run directory (config
+binding, secret seed, run id) -> corpus -> vocabulary -> tokenized splits ->
+privacy plan -> model and optimizer -> the DP lot step -> the lot sampler. It
+returns a `RunPieces` record; `dpnmt.training.loop` trains and evaluates it.
+"""
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import datasets
+import jax
+import ml_collections
+import optax
+import orbax.checkpoint as ocp
+
+from dpnmt import bridge, config_check, config_lib, distributed, models, privacy
+from dpnmt.data import preprocess, tokenizers
+from dpnmt.evaluation.evaluator import tokenized_examples
+from dpnmt.training import checkpointing, pieces, steps
+from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPieces:
+    """Everything the training loop needs, built once per session by `build_run`.
+
+    Attributes:
+      config: the resolved run config.
+      run_dir: the run's folder.
+      manager: the checkpoint manager over `run_dir`'s checkpoints/.
+      resuming: whether a checkpoint exists (the vocabulary was reloaded).
+      noise_seed: the secret run seed (from `private/`; never published).
+      run_id: the random nonce that binds checkpoints to `private/`.
+      corpus: the loaded corpus (text), after `corpus_transform`.
+      tokenizer: the run's tokenizer.
+      vocabulary: how the vocabulary was made (`tokenizers.VocabularyRecord`).
+      tokenized: the tokenized splits (all but train when train is tokenized per lot).
+      train_examples: the N training examples (a torch Dataset).
+      split_stats: split -> `preprocess.SplitStats` (exact counts; private ones stay private).
+      validation_is_private: whether validation was carved from the private train split.
+      plan: the privacy plan (σ, q = L/N, T) the sampler, step and accountant read.
+      root_key: PRNG key from the public `config.seed` (init, dropout).
+      model, model_config: the flax module and its config.
+      trainable, frozen: the initial parameters, split by `model.trainable`.
+      tx, opt_state: the optimizer and its initial state.
+      loss_fn: `(params, example, dropout_key) -> loss` of one example.
+      mesh: the data mesh the lot step runs on.
+      step_fns: the DP lot step (`steps.LotStep`).
+      lots: the lot sampler over example indices (Poisson or shuffled).
+    """
+
+    config: ml_collections.ConfigDict
+    run_dir: RunDir
+    manager: ocp.CheckpointManager
+    resuming: bool
+    noise_seed: int
+    run_id: int
+    corpus: datasets.DatasetDict
+    tokenizer: tokenizers.Tokenizer
+    vocabulary: tokenizers.VocabularyRecord
+    tokenized: datasets.DatasetDict
+    train_examples: Any
+    split_stats: dict[str, preprocess.SplitStats]
+    validation_is_private: bool
+    plan: privacy.PrivacyPlan
+    root_key: jax.Array
+    model: Any
+    model_config: Any
+    trainable: Any
+    frozen: Any
+    tx: optax.GradientTransformation
+    opt_state: Any
+    loss_fn: Callable
+    mesh: jax.sharding.Mesh
+    step_fns: steps.LotStep
+    lots: Any
+
+    @property
+    def private_splits(self) -> set[str]:
+        """Splits whose exact counts and scores are private data."""
+        return {"train", "validation"} if self.validation_is_private else {"train"}
+
+
+def tokenize_splits(config, corpus, tokenizer):
+    """Tokenized evaluation splits, the train split's examples, and per-split counts.
+
+    The train split is tokenized up front, or per lot (`data.tokenize_train`):
+    then a process tokenizes only the rows it fetches, and the train split's
+    truncation counts are None (not counted). Either way the examples, N and
+    the lots are the same.
+
+    Returns:
+      (DatasetDict of the tokenized splits: all of them, or all but train when
+      per lot; the train examples, a torch Dataset; split -> `SplitStats`).
+    """
+    if not pieces.tokenizes_train_per_lot(config):
+        tokenized, stats = pieces.tokenize_corpus(config, corpus, tokenizer)
+        examples = tokenized_examples(tokenized["train"], config, tokenizer.pad_id)
+        return tokenized, examples, stats.splits
+    evaluation_splits = datasets.DatasetDict({k: v for k, v in corpus.items() if k != "train"})
+    tokenized, stats = pieces.tokenize_corpus(config, evaluation_splits, tokenizer)
+    train, train_stats = pieces.tokenize_train_on_demand(config, corpus["train"], tokenizer)
+    logging.info(
+        "The train split is tokenized per lot (data.tokenize_train=%s): each process "
+        "tokenizes only the rows it feeds; its truncation is not counted "
+        "(python -m dpnmt.data.inspect counts it).",
+        config.data.tokenize_train,
+    )
+    examples = bridge.TokenizedOnDemand(
+        train.encode,
+        len(train),
+        max_source_length=config.data.max_source_length,
+        max_target_length=config.data.max_target_length,
+        pad_id=tokenizer.pad_id,
+    )
+    return tokenized, examples, {"train": train_stats, **stats.splits}
+
+
+def _log_plan(plan: privacy.PrivacyPlan, vocabulary) -> None:
+    planned = privacy_report(plan, plan.num_steps, vocabulary)
+    logging.info(
+        "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
+        "ε=%.4g at δ=%g; with the vocabulary (%s) the total is ε=%.4g, δ=%.3g.",
+        plan.bound,
+        plan.noise_multiplier,
+        plan.l2_clip,
+        plan.expected_lot_size,
+        plan.dataset_size,
+        plan.sampling_rate,
+        plan.num_steps,
+        plan.epsilon_after(plan.num_steps),
+        plan.delta,
+        vocabulary.kind,
+        planned.total_epsilon,
+        planned.total_delta if planned.total_delta is not None else math.nan,
+    )
+
+
+def build_run(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    corpus_transform: Callable[[Any], Any] | None = None,
+) -> RunPieces:
+    """Checks the config, prepares the workdir and builds the run's pieces in order.
+
+    Args:
+      config: the resolved experiment config (see `dpnmt.config_lib`).
+      workdir: the run's folder.
+      corpus_transform: `DatasetDict -> DatasetDict` applied to the loaded
+        corpus before the vocabulary and the privacy plan (see `train_and_evaluate`).
+
+    Returns:
+      The `RunPieces` of this session (fresh or resuming).
+    """
+    run_dir = RunDir(workdir)
+    # 1. Checks, before a file is written (process 0 alone reads the shared
+    # workdir: no race with its own writes below).
+    config_lib.check_noise_seed(config)
+    distributed.on_primary(
+        lambda: config_check.check_run(
+            config, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
+        ),
+        "validating the config",
+    )
+    distributed.on_primary(
+        lambda: run_dir.bind_config(config),
+        "checking the workdir's config",
+    )
+    manager = checkpointing.make_manager(workdir)
+    resuming = manager.latest_step() is not None
+    if (
+        config.dp.enabled
+        and config.dp.target_epsilon is None
+        and config.dp.noise_multiplier is None
+    ):
+        raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
+    # 2. Private records. Process 0 reads or draws the secret seed and
+    # broadcasts it (no other process touches private/, and no shared-filesystem
+    # race on its creation). A random nonce (not derived from the seed) binds
+    # checkpoints to private/.
+    noise_seed = distributed.broadcast_int(
+        distributed.on_primary(
+            lambda: run_dir.noise_seed(config, resuming), "reading the secret noise seed"
+        )
+    )
+    run_id = distributed.broadcast_int(
+        distributed.on_primary(run_dir.run_id, "reading the private run id")
+    )
+
+    # 3. Corpus.
+    corpus = pieces.load_corpus(config)
+    if corpus_transform is not None:
+        corpus = corpus_transform(corpus)
+
+    # 4. Vocabulary. A resumed run reloads it, never relearns it; process 0
+    # learns it once and the others load what it saved.
+    def tokenizer_and_vocabulary(learn: bool):
+        return pieces.build_tokenizer(
+            config,
+            corpus,
+            workdir,
+            noise_seed=derived_seed(noise_seed, "vocabulary"),
+            learn=learn,
+        )
+
+    built = distributed.on_primary(
+        lambda: tokenizer_and_vocabulary(not resuming), "building the vocabulary"
+    )
+    tokenizer, vocabulary = built if built is not None else tokenizer_and_vocabulary(False)
+
+    # 5. Tokenized splits; exact counts of private splits stay in private/.
+    tokenized, train_examples, split_stats = tokenize_splits(config, corpus, tokenizer)
+    validation_is_private = pieces.validation_is_carved_from_train(corpus)
+    private_splits = {"train", "validation"} if validation_is_private else {"train"}
+    distributed.on_primary(
+        lambda: run_dir.write_private_json(
+            PREPROCESSING_FILE, {s: dataclasses.asdict(v) for s, v in split_stats.items()}
+        ),
+        "writing the private preprocessing counts",
+    )
+    for split, counts in split_stats.items():
+        if split not in private_splits:
+            logging.info("Preprocessing %s: %s", split, counts)
+
+    # 6. Privacy plan: σ, q = L/N and T, read by the sampler, the step and the accountant.
+    plan = privacy.plan_privacy(
+        config.dp,
+        config.train,
+        len(train_examples),
+        seed_is_secret=not config_lib.fixed_noise_seed(config),
+    )
+    if not plan.seed_is_secret and plan.private:
+        logging.warning(
+            "config.%s: the noise seed is fixed, this run has NO privacy guarantee (ε = ∞).",
+            config_lib.FIXED_SEED_SWITCH,
+        )
+    _log_plan(plan, vocabulary)
+
+    # 7. Model and optimizer.
+    root = jax.random.key(config.seed)
+    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.fold_in(root, 0))
+    trainable, frozen = models.split_params(params, pieces.trainable_predicate(config))
+    tx = steps.make_optimizer(config.train, plan.num_steps)
+    opt_state = tx.init(trainable)
+
+    def loss_fn(full_params, example, dropout_key):
+        return steps.example_loss(model, model_config, full_params, example, dropout_key)
+
+    # 8. The DP lot step: noise once per lot on the sum of clipped gradients, ÷ L.
+    mesh = bridge.make_data_mesh()
+    bridge.check_physical_batch_size(config.train.physical_batch_size, mesh)
+    step_fns = steps.make_lot_step(
+        loss_fn,
+        tx,
+        steps.StepPrivacy.from_plan(plan),
+        mesh,
+        clipping=config.dp.clipping,
+        clipping_chunk=config.dp.clipping_chunk,
+    )
+
+    # 9. Lot sampler. Lot membership must be secret for Poisson amplification:
+    # the sampler is seeded from the private run seed, never from the public
+    # config.seed. Lots are drawn over indices only (identically on every
+    # process); each process then fetches just the rows its devices hold.
+    # The samplers take every bit of the 128-bit derived seed (numpy PCG64).
+    sampler_seed = derived_seed(noise_seed, "sampler")
+    lot_indices = bridge.IndexOnly(train_examples)
+    if plan.sampling == privacy.POISSON:
+        lots = bridge.PoissonLots(
+            lot_indices,
+            plan.expected_lot_size,
+            seed=None if config.dp.secure_rng else sampler_seed,
+            secure_rng=config.dp.secure_rng,
+        )
+    else:
+        lots = bridge.ShuffledLots(lot_indices, plan.expected_lot_size, seed=sampler_seed)
+
+    return RunPieces(
+        config=config,
+        run_dir=run_dir,
+        manager=manager,
+        resuming=resuming,
+        noise_seed=noise_seed,
+        run_id=run_id,
+        corpus=corpus,
+        tokenizer=tokenizer,
+        vocabulary=vocabulary,
+        tokenized=tokenized,
+        train_examples=train_examples,
+        split_stats=split_stats,
+        validation_is_private=validation_is_private,
+        plan=plan,
+        root_key=root,
+        model=model,
+        model_config=model_config,
+        trainable=trainable,
+        frozen=frozen,
+        tx=tx,
+        opt_state=opt_state,
+        loss_fn=loss_fn,
+        mesh=mesh,
+        step_fns=step_fns,
+        lots=lots,
+    )

@@ -1,0 +1,39 @@
+"""The run directory's records (`dpnmt.training.run_dir`): derived seeds, strict JSON."""
+
+import json
+import math
+
+from dpnmt import config_lib, privacy
+from dpnmt.data.tokenizers import VocabularyRecord
+from dpnmt.training import run_dir
+from dpnmt.training.privacy_report import privacy_report
+
+
+def test_derived_seeds_keep_128_bits_and_every_bit_of_the_run_seed():
+    """_derived_seed returned 63 bits: the noise key, sampler and vocabulary noise
+    had at most 63 bits of secret however long the run seed."""
+    seed = 2**127 + 12345
+    for purpose in ("noise", "sampler", "vocabulary"):
+        derived = [run_dir.derived_seed(seed + k * 2**100, purpose) for k in range(8)]
+        assert max(d.bit_length() for d in derived) > 120
+        assert len(set(derived)) == 8  # Bits above 64 of the run seed matter.
+    assert run_dir.derived_seed(seed, "noise") != run_dir.derived_seed(seed, "sampler")
+
+
+def test_results_privacy_report_is_strict_json_for_a_nonprivate_run(tmp_path):
+    """ε = ∞ must not be written as the bare token Infinity (not JSON; jq and
+    JavaScript reject it): write_json stores it as the string "inf"."""
+    config = config_lib.make_config("nonprivate")
+    plan = privacy.plan_privacy(config.dp, config.train, dataset_size=1_000)
+    vocabulary = VocabularyRecord("pretrained", True)
+    path = tmp_path / "results.json"
+    run_dir.write_json(
+        str(path), {"privacy": privacy_report(plan, plan.num_steps, vocabulary).to_json()}
+    )
+    text = path.read_text()
+
+    def reject(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    json.loads(text, parse_constant=reject)
+    assert math.isinf(plan.epsilon_after(plan.num_steps))
