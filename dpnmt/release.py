@@ -159,7 +159,10 @@ def export_run(workdir: str, out_dir: str) -> str:
     if results is not None and results.get("finished") and "privacy" in results:
         privacy = results["privacy"]
     else:  # Checkpoint only: the report for the steps it holds.
-        privacy = privacy_report(plan, steps_done, vocabulary).to_json()
+        carved = pieces.validation_is_carved_from_train(pieces.load_corpus(config))
+        privacy = privacy_report(
+            plan, steps_done, vocabulary, validation_is_private=carved
+        ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
     with open(os.path.join(out_dir, SETTINGS_FILE), "w") as f:

@@ -7,6 +7,7 @@ translate a file with `dpnmt.translate`.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -155,3 +156,14 @@ def test_translate_lines_sends_only_non_blank_lines(monkeypatch):
     )
     assert sent == ["a", "b"] and out == ["<a> next", "", "", "<b> next"]
     del config
+
+
+def test_a_checkpoint_only_export_says_when_validation_is_private(run, tmp_path):
+    workdir, _, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    (copy / "results.json").unlink()  # As if interrupted after its checkpoint.
+    card = release.export_run(str(copy), str(tmp_path / "model"))
+    assert pieces.validation_is_carved_from_train(pieces.load_corpus(small_config("eps8")))
+    line = next(x for x in card.splitlines() if "validation carved from the private" in x)
+    assert "True" in line, line
