@@ -16,7 +16,10 @@ below catches it directly, through the same `training.example_loss`.
 import importlib.util
 import json
 import math
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +29,7 @@ import pytest
 from dpnmt import training
 from dpnmt.bridge import dataset
 from dpnmt.data import tokenizers
-from dpnmt.training import loop, pieces
+from dpnmt.training import pieces
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -41,48 +44,72 @@ NONPRIVATE_MIN_LOSS_DROP = 1.0
 PRIVATE_MIN_LOSS_DROP = 1.0
 
 
-def small_config(variant: str):
-    """configs/multi30k.py shrunk to a one-minute run (fixed public and noise seeds)."""
+# configs/multi30k.py shrunk to a one-minute run (fixed public and noise seeds):
+# `--config.<field>=<value>` overrides of the real app.
+SMALL = {
+    "seed": 0,
+    "noise_seed": 11,  # Fixed for the test (its ε is then ∞); release runs draw one from the OS.
+    "testing_only_fixed_noise_seed_NO_PRIVACY": True,
+    "data.max_train_examples": 4000,
+    "data.max_source_length": 32,
+    "data.max_target_length": 32,
+    "data.max_eval_examples": 100,
+    "data.max_test_examples": 8,
+    "tokenizer.vocab_size": 500,
+    "tokenizer.dp_noise_stddev": 2.0,
+    "model.d_model": 128,
+    "model.d_ff": 256,
+    "model.d_kv": 32,
+    "model.num_heads": 4,
+    "model.num_layers": 1,
+    "model.num_decoder_layers": 1,
+    "model.dropout_rate": 0.0,
+    "train.physical_batch_size": 32,
+    "train.warmup_steps": 10,
+    "train.eval_every_steps": 0,
+    "train.checkpoint_every_steps": 1000,
+    "train.log_every_steps": 25,
+    "eval.max_new_tokens": 32,
+    "eval.batch_size": 100,
+}
+NONPRIVATE = ("nonprivate", {**SMALL, "train.expected_lot_size": 32, "train.num_epochs": 1,
+                             "train.learning_rate": 3e-3})  # 125 steps.
+PRIVATE = ("eps1000", {**SMALL, "train.expected_lot_size": 64, "train.num_epochs": 2,
+                       "train.learning_rate": 3e-3})  # 125 lots.
+
+
+def small_config(variant: str = "nonprivate"):
+    """The `NONPRIVATE` run's config as a ConfigDict (for in-process pieces)."""
     spec = importlib.util.spec_from_file_location("multi30k", CONFIG_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     c = module.get_config(variant)
-    c.seed = 0
-    c.noise_seed = 11  # Fixed for the test (its ε is then ∞); release runs draw one from the OS.
-    c.testing_only_fixed_noise_seed_NO_PRIVACY = True
-    c.data.max_train_examples = 4000
-    c.data.max_source_length = c.data.max_target_length = 32
-    c.data.max_eval_examples = 100
-    c.data.max_test_examples = 8
-    c.tokenizer.vocab_size = 500
-    c.tokenizer.dp_noise_stddev = 2.0
-    c.model.d_model, c.model.d_ff, c.model.d_kv, c.model.num_heads = 128, 256, 32, 4
-    c.model.num_layers = c.model.num_decoder_layers = 1
-    c.model.dropout_rate = 0.0
-    c.train.physical_batch_size = 32
-    c.train.warmup_steps = 10
-    c.train.eval_every_steps = 0
-    c.train.checkpoint_every_steps = 1000
-    c.train.log_every_steps = 25
-    c.eval.max_new_tokens = 32
-    c.eval.batch_size = 100
+    for name, value in NONPRIVATE[1].items():
+        *parents, leaf = name.split(".")
+        node = c
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
     return c
 
 
-def nonprivate_config():
-    c = small_config("nonprivate")
-    c.train.expected_lot_size = 32
-    c.train.num_epochs = 1  # 125 steps.
-    c.train.learning_rate = 3e-3
-    return c
+def train(run, workdir: pathlib.Path) -> dict:
+    """Runs `python -m dpnmt.train` on ONE CPU device; returns its results.json.
 
-
-def private_config():
-    c = small_config("eps1000")
-    c.train.expected_lot_size = 64
-    c.train.num_epochs = 2  # 125 lots.
-    c.train.learning_rate = 3e-3
-    return c
+    A child process, as a user runs it: its own device count (one device, no
+    cross-device collectives, the fastest layout on a 2-core CPU) and a crash
+    fails this test rather than the whole suite.
+    """
+    variant, overrides = run
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    command = [
+        sys.executable, "-m", "dpnmt.train",
+        f"--config={CONFIG_FILE}:{variant}", f"--workdir={workdir}",
+        *(f"--config.{name}={value}" for name, value in overrides.items()),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
+    return json.loads((workdir / "results.json").read_text())
 
 
 def _validation_bleu(results) -> float:
@@ -96,7 +123,7 @@ def _log_vocabulary(workdir) -> float:
 
 
 def test_nonprivate_model_translates(tmp_path):
-    results = loop.train_and_evaluate(nonprivate_config(), str(tmp_path))
+    results = train(NONPRIVATE, tmp_path)
     bleu = _validation_bleu(results)
     print(json.dumps({"nonprivate_validation": results["validation"]}))
     assert results["validation"]["loss"] < _log_vocabulary(tmp_path) - NONPRIVATE_MIN_LOSS_DROP
@@ -104,7 +131,7 @@ def test_nonprivate_model_translates(tmp_path):
 
 
 def test_dp_model_at_large_epsilon_learns(tmp_path):
-    results = loop.train_and_evaluate(private_config(), str(tmp_path))
+    results = train(PRIVATE, tmp_path)
     bleu = _validation_bleu(results)
     print(json.dumps({"eps1000_validation": results["validation"]}))
     assert results["validation"]["loss"] < _log_vocabulary(tmp_path) - PRIVATE_MIN_LOSS_DROP
@@ -113,7 +140,7 @@ def test_dp_model_at_large_epsilon_learns(tmp_path):
 
 def test_training_loss_ignores_padding_labels():
     """The loss the runs above optimise counts only an example's own target tokens."""
-    c = nonprivate_config()
+    c = small_config()
     tokenizer = _FixedVocabulary(vocab_size=50)
     model, model_config, params = pieces.build_model(c, tokenizer, jax.random.PRNGKey(0))
     example = {
