@@ -124,10 +124,10 @@ def epsilon_vs_step(runs: list[summary.Run], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for (privacy, sampling), members in _cells(runs).items():
         results = members[0].results  # ε by step is the same for every seed of a cell.
-        if not results["privacy"]["private"]:
+        if not members[0].privacy.private:
             continue
         points = [(h["step"], summary.as_float(h["epsilon"])) for h in results["history"]]
-        final = summary.as_float(results["privacy"]["dp_sgd_epsilon"])
+        final = members[0].privacy.dp_sgd_epsilon
         points.append((results["steps_done"], final))
         points = sorted(set(points))
         marker = SAMPLING_STYLE[sampling][1]

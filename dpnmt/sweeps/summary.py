@@ -15,6 +15,7 @@ import numpy as np
 
 from dpnmt import config_lib
 from dpnmt.sweeps import grid
+from dpnmt.training.privacy_report import PrivacyReport
 
 # Table columns: (CSV name, Markdown header). Means and stds are over public seeds.
 COLUMNS = (
@@ -37,10 +38,11 @@ COLUMNS = (
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """A finished run: its grid cell and its results.json."""
+    """A finished run: its grid cell, its results.json and its privacy report."""
 
     spec: grid.RunSpec
     results: dict
+    privacy: PrivacyReport  # results.json's "privacy" object, parsed once.
 
 
 def load_runs(workdir: str) -> tuple[list[Run], dict[str, str]]:
@@ -55,7 +57,7 @@ def load_runs(workdir: str) -> tuple[list[Run], dict[str, str]]:
         spec = grid.RunSpec(record["privacy"], record["sampling"], record["seed"])
         results = grid.read_json(os.path.join(workdir, name, "results.json"))
         if record.get("state") == grid.FINISHED and results and results.get("finished"):
-            finished.append(Run(spec, results))
+            finished.append(Run(spec, results, PrivacyReport.from_json(results["privacy"])))
         else:
             others[name] = record.get("state", grid.PENDING)
     return sorted(finished, key=lambda run: _order(run.spec)), others
@@ -82,11 +84,11 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return float(np.mean(array)), std
 
 
-def bound_label(privacy_report: dict) -> str:
+def bound_label(report: PrivacyReport) -> str:
     """Which bound the run's ε is: Poisson (amplified), shuffled (none), or no DP."""
-    if not privacy_report["private"]:
+    if not report.private:
         return "no DP"
-    if privacy_report["sampling"] == "poisson":
+    if report.sampling == "poisson":
         return "Poisson, amplified"
     return "shuffled, no amplification"
 
@@ -108,7 +110,7 @@ def cell_rows(runs: list[Run]) -> list[dict]:
         cells.setdefault((run.spec.privacy, run.spec.sampling), []).append(run)
     rows = []
     for (privacy, sampling), members in cells.items():
-        reports = [m.results["privacy"] for m in members]
+        reports = [m.privacy for m in members]
         tests = [m.results["test"] for m in members]
         bertscores = [t["bertscore"]["f1"] for t in tests if "bertscore" in t]
         bleu = mean_std([t["bleu"] for t in tests])
@@ -124,11 +126,11 @@ def cell_rows(runs: list[Run]) -> list[dict]:
                 "bleu_std": bleu[1],
                 "bertscore_f1_mean": f1[0],
                 "bertscore_f1_std": f1[1],
-                "epsilon": float(np.mean([as_float(r["dp_sgd_epsilon"]) for r in reports])),
+                "epsilon": float(np.mean([r.dp_sgd_epsilon for r in reports])),
                 "epsilon_bound": bound_label(reports[0]),
-                "epsilon_total": float(np.mean([as_float(r["total_epsilon"]) for r in reports])),
-                "sigma": float(np.mean([r["noise_multiplier"] for r in reports])),
-                "steps": float(np.mean([r["steps_done"] for r in reports])),
+                "epsilon_total": float(np.mean([r.total_epsilon for r in reports])),
+                "sigma": float(np.mean([r.noise_multiplier for r in reports])),
+                "steps": float(np.mean([r.steps_done for r in reports])),
                 "seconds_per_epoch_mean": seconds[0],
                 "seconds_per_epoch_std": seconds[1],
             }
