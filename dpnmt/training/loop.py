@@ -80,7 +80,8 @@ def train_and_evaluate(
         logging.info("Resumed from step %d.", state.step)
 
     noise_base = core.key_from_seed(derived_seed(run.noise_seed, "noise"))
-    if config.dp.secure_rng and plan.private:
+    secure_lots = bool(config.dp.secure_rng and plan.private)
+    if secure_lots:
         # Fresh secure lots after a resume: never pair them with replayed noise keys.
         noise_base = jax.random.fold_in(noise_base, run.run_dir.count_session())
     dropout_base = jax.random.fold_in(run.root_key, 1)
@@ -146,12 +147,19 @@ def train_and_evaluate(
             evaluate_now = (
                 config.train.eval_every_steps and step % config.train.eval_every_steps == 0
             )
+            validated = None
             if evaluate_now and step < plan.num_steps:
-                state = _validate(state, run, evaluator, writer, frozen)
+                state, validated = _validate(state, run, evaluator, frozen)
+            # Secure (os.urandom) lots cannot be replayed: a resume redraws the
+            # lots after its checkpoint. Scores published from steps a resume
+            # redoes would be releases the accountant never counted, so such a
+            # run publishes validation only from a committed checkpoint.
+            commit_first = validated is not None and secure_lots
             if (
                 step % config.train.checkpoint_every_steps == 0
                 or step in (plan.num_steps, last_stop)
                 or state.stopped_early
+                or commit_first
             ):
                 checkpointing.save_state(
                     run.manager,
@@ -161,6 +169,10 @@ def train_and_evaluate(
                     run_id=run.run_id,
                     plan=plan,
                 )
+                if commit_first:
+                    run.manager.wait_until_finished()
+            if validated is not None:
+                _publish_validation(writer, step, validated)
             if state.stopped_early:
                 break
     finally:
@@ -182,13 +194,15 @@ def train_and_evaluate(
     return results
 
 
-def _validate(state: LoopState, run: RunPieces, evaluator, writer, frozen) -> LoopState:
-    """Validation scores at `state.step`, added to the history; early stopping decided."""
+def _validate(state: LoopState, run: RunPieces, evaluator, frozen) -> tuple[LoopState, dict]:
+    """Validation scores at `state.step`, added to the history; early stopping decided.
+
+    Returns the new state and the scores, which the caller publishes
+    (`_publish_validation`) once the state they came from is safe to publish.
+    """
     step, plan = state.step, run.plan
     metrics = evaluator.validation(models.merge_params(state.trainable, frozen))
     metrics.update(step=step, epsilon=plan.epsilon_after(step))
-    writer.write(step, {f"validation/{k}": v for k, v in metrics.items()})
-    logging.info("eval at step %d: %s", step, metrics)
     if metrics["bleu"] > state.best["bleu"]:
         best = {"bleu": metrics["bleu"], "step": step, "evals_without_gain": 0}
     else:
@@ -199,9 +213,16 @@ def _validate(state: LoopState, run: RunPieces, evaluator, writer, frozen) -> Lo
         logging.info("Early stopping at step %d (best BLEU at step %d).", step, best["step"])
         stopped_early = True
     stopped_early = distributed.agree(stopped_early)
-    return dataclasses.replace(
+    state = dataclasses.replace(
         state, best=best, history=[*state.history, metrics], stopped_early=stopped_early
     )
+    return state, metrics
+
+
+def _publish_validation(writer, step: int, metrics: dict) -> None:
+    """Writes validation scores to metrics.jsonl / TensorBoard and the log."""
+    writer.write(step, {f"validation/{k}": v for k, v in metrics.items()})
+    logging.info("eval at step %d: %s", step, metrics)
 
 
 def _results(

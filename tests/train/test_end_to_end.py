@@ -165,3 +165,33 @@ def test_nonprivate_run_learns(tmp_path):
     assert start["step"] == 0
     # Nats per target token: well beyond run-to-run noise.
     assert results["validation"]["loss"] < start["loss"] - 1.0
+
+
+def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monkeypatch):
+    """os.urandom lots are not replayable: a resume redraws the lots after its
+    checkpoint, so scores published from later steps would be releases the
+    accountant never counted. Every published validation step is checkpointed
+    first."""
+    events = []
+    save, publish = loop.checkpointing.save_state, loop._publish_validation
+
+    def recording_save(manager, run_dir, state, **kwargs):
+        events.append(("save", state.step))
+        return save(manager, run_dir, state, **kwargs)
+
+    def recording_publish(writer, step, metrics):
+        events.append(("publish", step))
+        return publish(writer, step, metrics)
+
+    monkeypatch.setattr(loop.checkpointing, "save_state", recording_save)
+    monkeypatch.setattr(loop, "_publish_validation", recording_publish)
+    config = small_config("eps8")
+    config.dp.secure_rng = True
+    config.train.eval_every_steps = 2
+    config.train.checkpoint_every_steps = 1000
+    loop.train_and_evaluate(config, str(tmp_path), stop_after_steps=5)
+    published = [step for kind, step in events if kind == "publish"]
+    assert published == [2, 4]
+    for step in published:
+        position = events.index(("publish", step))
+        assert ("save", step) in events[:position], events
