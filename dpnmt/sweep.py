@@ -67,7 +67,7 @@ def main(argv):
         )
     except ValueError as error:
         sys.exit(f"dpnmt.sweep: {error}")
-    text, failed = runner.status_lines(manifest, specs)
+    text, failed = runner.status_lines(manifest, specs, _WORKDIR.value)
     print(f"Sweep {_WORKDIR.value} ({len(specs)} runs):\n{text}", flush=True)
     pending = [s for s in specs if manifest["runs"][s.name]["state"] == grid.PENDING]
     if pending:

@@ -21,6 +21,8 @@ MANIFEST_FILE = "sweep.json"
 # The run's output, in its private/ folder: log lines carry timestamps, which
 # would time every few lots (the realised lot sizes), and the command line.
 TRAIN_LOG = os.path.join("private", "train.log")
+# The tail of a failed attempt's log (may quote private data: never in sweep.json).
+ERROR_TAIL = os.path.join("private", "last_error.txt")
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 INTERRUPTED = "interrupted"  # The sweep was stopped while this run trained.
 # Fields a grid cell sets: overriding them would make the run's folder name lie.

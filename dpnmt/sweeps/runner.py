@@ -137,7 +137,6 @@ def run_sweep(
         )
         if grid.is_finished(run_dir, configs[spec]):
             record["state"] = grid.FINISHED
-            record.pop("error_tail", None)
             logging.info("%s: finished, skipped.", spec.name)
             continue
         if max_runs is not None and started >= max_runs:
@@ -160,24 +159,37 @@ def run_sweep(
         record["returncode"] = status
         if status == 0 and grid.is_finished(run_dir, configs[spec]):
             record["state"] = grid.FINISHED
-            record.pop("error_tail", None)
             logging.info("%s: finished in %.0f s.", spec.name, record["seconds_last_attempt"])
         else:
-            record.update(state=grid.FAILED, error_tail=tail)
-            logging.error("%s: failed (exit %d); log: %s", spec.name, status, run_dir)
+            # The tail may quote private data (a malformed training line, say):
+            # it stays under the run's private/, never in the published sweep.json.
+            with open(os.path.join(run_dir, grid.ERROR_TAIL), "w", encoding="utf-8") as f:
+                f.write(tail)
+            record.update(state=grid.FAILED, log=grid.TRAIN_LOG)
+            log = os.path.join(run_dir, grid.TRAIN_LOG)
+            logging.error("%s: failed (exit %d); log: %s", spec.name, status, log)
         grid.write_manifest(workdir, manifest)
     grid.write_manifest(workdir, manifest)
     return manifest
 
 
-def status_lines(manifest: dict, specs: list[grid.RunSpec]) -> tuple[str, bool]:
-    """A one-line-per-run summary and whether any of `specs` failed."""
+def status_lines(manifest: dict, specs: list[grid.RunSpec], workdir: str) -> tuple[str, bool]:
+    """A one-line-per-run summary for the console and whether any of `specs` failed.
+
+    A failed run's line is followed by the last line of its log (read from the
+    run's private/, for the user's console only).
+    """
     lines, failed = [], False
     for spec in specs:
         record = manifest["runs"][spec.name]
         lines.append(f"  {spec.name:32s} {record['state']}")
         if record["state"] == grid.FAILED:
             failed = True
-            last = (record.get("error_tail") or "").strip().splitlines()[-1:]
+            tail_path = os.path.join(workdir, spec.name, grid.ERROR_TAIL)
+            tail = ""
+            if os.path.exists(tail_path):
+                with open(tail_path, encoding="utf-8") as f:
+                    tail = f.read()
+            last = tail.strip().splitlines()[-1:]
             lines.append(f"      {last[0] if last else ''}")
     return "\n".join(lines), failed

@@ -194,7 +194,12 @@ def test_failed_run_is_reported_and_the_sweep_goes_on(micro_grid, tmp_path):
     assert SPECS[0].name in result.stdout
     manifest = grid.read_manifest(str(workdir))
     failed = manifest["runs"][SPECS[0].name]
-    assert failed["state"] == grid.FAILED and "different config" in failed["error_tail"]
+    assert failed["state"] == grid.FAILED and failed["log"] == grid.TRAIN_LOG
+    # The log's tail (it may quote private data) stays under the run's private/.
+    assert "different config" not in (workdir / "sweep.json").read_text()
+    assert "different config" in (workdir / SPECS[0].name / grid.ERROR_TAIL).read_text()
+    assert grid.ERROR_TAIL.startswith("private")
+    assert "different config" in result.stdout
     assert manifest["runs"][SPECS[-1].name]["state"] == grid.FINISHED
     assert (workdir / SPECS[-1].name / "results.json").exists()
     for spec in SPECS[1:-1]:
