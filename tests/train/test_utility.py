@@ -107,7 +107,7 @@ def train(run, workdir: pathlib.Path) -> dict:
         f"--config={CONFIG_FILE}:{variant}", f"--workdir={workdir}",
         *(f"--config.{name}={value}" for name, value in overrides.items()),
     ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
     return json.loads((workdir / "results.json").read_text())
 
