@@ -134,6 +134,11 @@ def train_and_evaluate(
                 loss_sum = loss_sum + micro_loss
             # The lot's mean loss, divided on device by its (private) size.
             train_loss = loss_sum / jnp.maximum(acc.num_examples, 1)
+            # At most two lots in flight: wait for the previous lot's update
+            # before queueing more. Unbounded asynchronous dispatch queues every
+            # lot's programs at once; on a forced multi-device CPU that is where
+            # a collective once never completed (WORKSPACE.md, CI).
+            jax.block_until_ready(state.trainable)
             trainable, opt_state = run.step_fns.apply_lot(
                 state.trainable, state.opt_state, acc, core.noise_key_for_step(noise_base, step)
             )
