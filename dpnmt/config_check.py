@@ -22,6 +22,7 @@ import ml_collections
 from dpnmt import config_lib, core, privacy
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
+from dpnmt.training import compilation_cache
 from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE
 
 SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.sweeps.grid.MANIFEST_FILE (not imported: flags).
@@ -69,7 +70,7 @@ VOCABULARY_FIELDS = (
 )
 # Fields a resumed run may change: they change how, not what, it trains (the
 # examples, N, lots and noise are the same).
-NOT_BINDING_FIELDS = frozenset({"data.tokenize_train"})
+NOT_BINDING_FIELDS = frozenset({"data.tokenize_train", "train.profile", "train.compilation_cache"})
 
 
 def _get(config: ml_collections.ConfigDict, field: str) -> Any:
@@ -358,6 +359,7 @@ def config_problems(
         *_model_problems(config),
         *_data_problems(config),
         *_device_problems(config, device_count),
+        *compilation_cache.problems(config.train.compilation_cache),
     ]
 
 

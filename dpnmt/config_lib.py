@@ -141,6 +141,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.early_stopping_patience = 0  # Stop after P evals without BLEU gain (0: never).
     c.train.checkpoint_every_steps = 50  # Save every K steps (and at the end).
     c.train.log_every_steps = 10  # Log loss and ε spent every K steps.
+    # Time each phase (start-up, lot preparation, device steps, evaluation,
+    # checkpoints; compile time within each) into profile.json (private/ for a
+    # private run). Blocks on each step's result: slightly slower, off by default.
+    c.train.profile = False  # Write the run's wall-time profile (above).
+    # Compiled XLA programs kept across runs: auto ($JAX_COMPILATION_CACHE_DIR,
+    # else $XDG_CACHE_HOME/dpnmt/jax or ~/.cache/dpnmt/jax) | off | a folder.
+    c.train.compilation_cache = "auto"  # Persistent compilation cache (above).
 
     c.eval = ml_collections.ConfigDict()
     c.eval.num_beams = 1  # 1: greedy; > 1: beam search.
