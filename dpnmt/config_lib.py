@@ -9,6 +9,7 @@ valid ones.
 """
 
 import copy
+import math
 from collections.abc import Callable
 
 import ml_collections
@@ -137,7 +138,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.warmup_steps = 5  # Linear warm-up steps.
     c.train.decay = "linear"  # Decay after warm-up: constant | linear | cosine.
     c.train.weight_decay = 0.0  # adamw only.
-    c.train.eval_every_steps = 50  # Validation loss + BLEU every K steps (0: only at end).
+    # Validation loss + BLEU every K steps (0: only at the end; None: about
+    # EVALUATIONS_PER_RUN times a run, every ceil(T / 10) steps). Before training
+    # only the loss is scored: an untrained model's greedy decode is all length, no BLEU.
+    c.train.eval_every_steps = config_dict.placeholder(int)  # Validation interval (above).
     c.train.early_stopping_patience = 0  # Stop after P evals without BLEU gain (0: never).
     c.train.checkpoint_every_steps = 50  # Save every K steps (and at the end).
     c.train.log_every_steps = 10  # Log loss and ε spent every K steps.
@@ -157,6 +161,20 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.bertscore = False  # Also score BERTScore on the test split.
     c.eval.bertscore_model = config_dict.placeholder(str)  # None: offline MiniLM package.
     return c
+
+
+EVALUATIONS_PER_RUN = 10  # What train.eval_every_steps=None aims at.
+
+
+def eval_every_steps(config: ml_collections.ConfigDict, num_steps: int) -> int:
+    """`train.eval_every_steps` resolved for a run of `num_steps` lots (0: only at the end).
+
+    None gives about `EVALUATIONS_PER_RUN` validations a run, whatever its length.
+    """
+    every = config.train.eval_every_steps
+    if every is None:
+        return max(1, math.ceil(num_steps / EVALUATIONS_PER_RUN))
+    return every
 
 
 FIXED_SEED_SWITCH = "testing_only_fixed_noise_seed_NO_PRIVACY"

@@ -114,6 +114,16 @@ class Evaluator:
             )
         return out
 
+    def validation_loss(self, params) -> dict:
+        """Teacher-forced validation loss on the first `data.max_eval_examples` pairs (no BLEU).
+
+        Before training: an untrained model's greedy decode runs to full length and
+        scores BLEU 0, so it is not worth its cost.
+        """
+        params = distributed.to_local(params, self._mesh)
+        split, _ = self._split("validation", self._config.data.max_eval_examples)
+        return {"loss": self._loss(params, split)}
+
     def validation(self, params) -> dict:
         """Validation loss and BLEU on the first `data.max_eval_examples` pairs."""
         params = distributed.to_local(params, self._mesh)

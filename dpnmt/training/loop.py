@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dpnmt import bridge, core, distributed, models
+from dpnmt import bridge, config_lib, core, distributed, models
 from dpnmt.evaluation.evaluator import Evaluator
 from dpnmt.training import checkpointing, steps
 from dpnmt.training.checkpointing import LoopState
@@ -101,9 +101,10 @@ def train_and_evaluate(
         timer=timer,
     )
     writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
-    if state.step == 0 and config.train.eval_every_steps:
+    eval_every = config_lib.eval_every_steps(config, plan.num_steps)
+    if state.step == 0 and eval_every:
         with timer.phase("evaluation"):
-            metrics = evaluator.validation(models.merge_params(state.trainable, frozen))
+            metrics = evaluator.validation_loss(models.merge_params(state.trainable, frozen))
         metrics.update(step=0, epsilon=plan.epsilon_after(0))
         state = dataclasses.replace(state, history=[*state.history, metrics])
         writer.write(0, {f"validation/{k}": v for k, v in metrics.items()})
@@ -151,9 +152,7 @@ def train_and_evaluate(
                 # (0.0 exactly for an empty lot): it is not released.
                 loss = None if plan.private else float(train_loss)
                 log_progress(writer, plan, step, rates.update(step, time.time()), loss)
-            evaluate_now = (
-                config.train.eval_every_steps and step % config.train.eval_every_steps == 0
-            )
+            evaluate_now = eval_every and step % eval_every == 0
             if evaluate_now and step < plan.num_steps:
                 with timer.phase("evaluation"):
                     state = _validate(state, run, evaluator, writer, frozen)

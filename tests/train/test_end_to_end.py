@@ -171,5 +171,6 @@ def test_nonprivate_run_learns(tmp_path):
     assert math.isinf(results["privacy"]["dp_sgd_epsilon"])
     start = results["history"][0]
     assert start["step"] == 0
+    assert "bleu" not in start  # Before training: the loss only, no full-length decode.
     # Nats per target token: well beyond run-to-run noise.
     assert results["validation"]["loss"] < start["loss"] - 1.0
