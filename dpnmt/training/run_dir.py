@@ -1,8 +1,8 @@
 """A run's folder (`--workdir`): the one owner of its file names and private records.
 
 Published (the workdir minus `private/`): config.json, results.json,
-metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json)
-and checkpoints/. Private (`private/`, never published): the secret noise seed,
+metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json),
+checkpoints/ and a non-private run's profile.json. Private (`private/`, never published): the secret noise seed,
 the run id, the sampler state of each checkpoint, the session counter, the
 exact preprocessing counts of private splits and a private run's profile.
 """
