@@ -2,9 +2,10 @@
 
 Published (the workdir minus `private/`): config.json, results.json,
 metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json),
-checkpoints/ and a non-private run's profile.json. Private (`private/`, never published): the secret noise seed,
-the run id, the sampler state of each checkpoint, the session counter, the
-exact preprocessing counts of private splits and a private run's profile.
+checkpoints/ and a non-private run's profile.json. Private (`private/`, never
+published): the secret noise seed, the run id, the sampler state of each
+checkpoint, the session counter, the exact preprocessing counts of private
+splits and a private run's profile.
 """
 
 import json
