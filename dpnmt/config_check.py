@@ -22,6 +22,7 @@ import ml_collections
 from dpnmt import config_lib, core, privacy
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
+from dpnmt.training import compilation_cache
 from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE
 
 SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.sweeps.grid.MANIFEST_FILE (not imported: flags).
@@ -69,7 +70,7 @@ VOCABULARY_FIELDS = (
 )
 # Fields a resumed run may change: they change how, not what, it trains (the
 # examples, N, lots and noise are the same).
-NOT_BINDING_FIELDS = frozenset({"data.tokenize_train"})
+NOT_BINDING_FIELDS = frozenset({"data.tokenize_train", "train.profile", "train.compilation_cache"})
 
 
 def _get(config: ml_collections.ConfigDict, field: str) -> Any:
@@ -167,7 +168,7 @@ _RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.learning_rate", lambda v: v > 0 and math.isfinite(v), "> 0"),
     ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
-    ("train.eval_every_steps", lambda v: v >= 0, ">= 0 (0: only at the end)"),
+    ("train.eval_every_steps", lambda v: v >= 0, ">= 0 (0: only at the end; unset: auto)"),
     ("train.early_stopping_patience", lambda v: v >= 0, ">= 0 (0: never stop early)"),
     ("train.checkpoint_every_steps", lambda v: v >= 1, ">= 1"),
     ("train.log_every_steps", lambda v: v >= 1, ">= 1"),
@@ -358,6 +359,7 @@ def config_problems(
         *_model_problems(config),
         *_data_problems(config),
         *_device_problems(config, device_count),
+        *compilation_cache.problems(config.train.compilation_cache),
     ]
 
 

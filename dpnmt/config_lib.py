@@ -9,6 +9,7 @@ valid ones.
 """
 
 import copy
+import math
 from collections.abc import Callable
 
 import ml_collections
@@ -137,10 +138,22 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.warmup_steps = 5  # Linear warm-up steps.
     c.train.decay = "linear"  # Decay after warm-up: constant | linear | cosine.
     c.train.weight_decay = 0.0  # adamw only.
-    c.train.eval_every_steps = 50  # Validation loss + BLEU every K steps (0: only at end).
+    # Validation loss + BLEU every K steps (0: only at the end; None: at most
+    # EVALUATIONS_PER_RUN times a run and at most once per
+    # EVAL_EXAMPLE_RATIO * data.max_eval_examples trained examples, see
+    # eval_every_steps). Before training only the loss is scored: an untrained
+    # model's greedy decode runs to full length, for BLEU 0.
+    c.train.eval_every_steps = config_dict.placeholder(int)  # Validation interval (above).
     c.train.early_stopping_patience = 0  # Stop after P evals without BLEU gain (0: never).
     c.train.checkpoint_every_steps = 50  # Save every K steps (and at the end).
     c.train.log_every_steps = 10  # Log loss and ε spent every K steps.
+    # Time each phase (start-up, lot preparation, device steps, evaluation,
+    # checkpoints; compile time within each) into profile.json (private/ for a
+    # private run). Blocks on each step's result: slightly slower, off by default.
+    c.train.profile = False  # Write the run's wall-time profile (above).
+    # Compiled XLA programs kept across runs: auto ($JAX_COMPILATION_CACHE_DIR,
+    # else $XDG_CACHE_HOME/dpnmt/jax or ~/.cache/dpnmt/jax) | off | a folder.
+    c.train.compilation_cache = "auto"  # Persistent compilation cache (above).
 
     c.eval = ml_collections.ConfigDict()
     c.eval.num_beams = 1  # 1: greedy; > 1: beam search.
@@ -150,6 +163,31 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.bertscore = False  # Also score BERTScore on the test split.
     c.eval.bertscore_model = config_dict.placeholder(str)  # None: offline MiniLM package.
     return c
+
+
+EVALUATIONS_PER_RUN = 10  # train.eval_every_steps=None: at most this many a run...
+# ...and at most one per this many times data.max_eval_examples trained examples.
+# Measured on Multi30K (README, "Where a run's time goes"): validating (decoding
+# and scoring K pairs) costs about as long as training on K examples, so
+# validations then take at most ~1/10 of the training time.
+EVAL_EXAMPLE_RATIO = 10
+
+
+def eval_every_steps(config: ml_collections.ConfigDict, num_steps: int) -> int:
+    """`train.eval_every_steps` resolved for a run of `num_steps` lots (0: only at the end).
+
+    Unset (None): every max(ceil(T / EVALUATIONS_PER_RUN), ceil(EVAL_EXAMPLE_RATIO *
+    data.max_eval_examples / L)) lots: a long run validates about ten times, a
+    short one rarely enough that validation does not dominate it.
+    """
+    every = config.train.eval_every_steps
+    if every is not None:
+        return every
+    per_run = math.ceil(num_steps / EVALUATIONS_PER_RUN)
+    per_examples = math.ceil(
+        EVAL_EXAMPLE_RATIO * config.data.max_eval_examples / config.train.expected_lot_size
+    )
+    return max(1, per_run, per_examples)
 
 
 FIXED_SEED_SWITCH = "testing_only_fixed_noise_seed_NO_PRIVACY"

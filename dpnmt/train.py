@@ -12,13 +12,18 @@ start every process with the same config and a shared --workdir, plus
 --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the
 DPNMT_* environment variables; under SLURM, `srun` sets everything). See
 `dpnmt.distributed`.
+
+Compiled programs are cached across runs (`--config.train.compilation_cache`:
+auto, off or a folder; `dpnmt.training.compilation_cache`), and
+`--config.train.profile=True` writes where the run's wall time went
+(`dpnmt.training.profile`).
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from dpnmt import cli, distributed
-from dpnmt.training import loop
+from dpnmt.training import compilation_cache, loop
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -50,6 +55,8 @@ def main(argv):
     """Runs `loop.train_and_evaluate` with the flags' config and workdir."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    # Before anything compiles: a repeated or resumed run loads its programs.
+    compilation_cache.enable(_CONFIG.value.train.compilation_cache)
     launch = distributed.resolve_launch(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     distributed.initialize(
         launch,

@@ -20,6 +20,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `python -m dpnmt.train` children: no compilation cache in the user's home
+# (dpnmt.training.compilation_cache); a sweep's own jax_cache still applies.
+os.environ.setdefault("DPNMT_COMPILATION_CACHE", "off")
 
 import hypothesis  # noqa: E402
 

@@ -117,6 +117,7 @@ def _fake_results(rng, private, sampling, epsilon):
         }
         for s in (0, 5)
     ]
+    del history[0]["bleu"]  # Before training the loop scores the loss only.
     return {
         "finished": True,
         "steps_done": steps,

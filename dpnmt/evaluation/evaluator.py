@@ -4,6 +4,8 @@ Used by the training loop (validation during training, test at the end) and by
 `dpnmt.evaluation.decode` (decoding a trained run).
 """
 
+import contextlib
+
 import numpy as np
 
 from dpnmt import bridge, distributed, models
@@ -26,8 +28,14 @@ def tokenized_examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
 class Evaluator:
     """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
 
-    def __init__(self, config, model, model_config, tokenizer, tokenized, corpus, eval_loss, mesh):
-        """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None."""
+    def __init__(
+        self, config, model, model_config, tokenizer, tokenized, corpus, eval_loss, mesh, timer=None
+    ):
+        """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None.
+
+        `timer` (a `dpnmt.training.profile.PhaseTimer`, optional) charges decoding
+        and the teacher-forced loss to their own phases.
+        """
         self._config = config
         self._model = model
         self._tokenizer = tokenizer
@@ -42,6 +50,10 @@ class Evaluator:
             length_penalty=config.eval.length_penalty,
         )
         self._target = parse_pair(config.data.pair).target
+        self._timer = timer
+
+    def _phase(self, name: str):
+        return self._timer.phase(name) if self._timer else contextlib.nullcontext()
 
     def _split(self, name: str, limit: int | None):
         split = self._tokenized[name]
@@ -58,25 +70,27 @@ class Evaluator:
             examples.__getitems__(list(range(len(examples)))).fields,
         )
         total, count = 0.0, 0
-        for micro in bridge.to_microbatches(
-            lot, self._config.train.physical_batch_size, pad_values=examples.pad_values
-        ):
-            loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
-            total, count = total + float(loss_sum), count + int(n)
+        with self._phase("teacher-forced loss"):
+            for micro in bridge.to_microbatches(
+                lot, self._config.train.physical_batch_size, pad_values=examples.pad_values
+            ):
+                loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
+                total, count = total + float(loss_sum), count + int(n)
         return total / max(count, 1)
 
     def translate(self, params, name: str, limit: int | None) -> tuple[list[str], list[str]]:
         """(hypotheses by generation, references) for the first `limit` pairs of a split."""
         split, references = self._split(name, limit)
-        hypotheses = translate_sources(
-            self._model,
-            params,
-            self._tokenizer,
-            list(split["input_ids"]),
-            gen=self._gen,
-            batch_size=self._config.eval.batch_size,
-            max_source_length=self._config.data.max_source_length,
-        )
+        with self._phase("decoding"):
+            hypotheses = translate_sources(
+                self._model,
+                params,
+                self._tokenizer,
+                list(split["input_ids"]),
+                gen=self._gen,
+                batch_size=self._config.eval.batch_size,
+                max_source_length=self._config.data.max_source_length,
+            )
         return hypotheses, references
 
     def scores(self, hypotheses, references, *, bertscore: bool) -> dict:
@@ -99,6 +113,16 @@ class Evaluator:
                 hyp, ref, model_type=self._config.eval.bertscore_model, lang=self._target
             )
         return out
+
+    def validation_loss(self, params) -> dict:
+        """Teacher-forced validation loss on the first `data.max_eval_examples` pairs (no BLEU).
+
+        Before training: an untrained model's greedy decode runs to full length and
+        scores BLEU 0, so it is not worth its cost.
+        """
+        params = distributed.to_local(params, self._mesh)
+        split, _ = self._split("validation", self._config.data.max_eval_examples)
+        return {"loss": self._loss(params, split)}
 
     def validation(self, params) -> dict:
         """Validation loss and BLEU on the first `data.max_eval_examples` pairs."""

@@ -78,7 +78,8 @@ def _curve(runs: list[summary.Run], key: str) -> tuple[np.ndarray, np.ndarray]:
     """Validation `key` by step, averaged over the runs at the steps they share."""
     by_step: dict[int, list[float]] = {}
     for run in runs:
-        points = [(h["step"], h[key]) for h in run.results["history"]]
+        # The evaluation before training scores the loss only (no BLEU).
+        points = [(h["step"], h[key]) for h in run.results["history"] if key in h]
         points.append((run.results["steps_done"], run.results["validation"][key]))
         for step, value in points:
             by_step.setdefault(int(step), []).append(float(value))

@@ -20,12 +20,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dpnmt import bridge, core, distributed, models
+from dpnmt import bridge, config_lib, core, distributed, models
 from dpnmt.evaluation.evaluator import Evaluator
 from dpnmt.training import checkpointing, steps
 from dpnmt.training.checkpointing import LoopState
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter, RateWindow, log_progress
 from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.profile import PhaseTimer, format_table
 from dpnmt.training.run_dir import PREPROCESSING_FILE, PRIVATE_DIR, derived_seed, json_dumps
 from dpnmt.training.setup import RunPieces, build_run
 
@@ -57,7 +58,8 @@ def train_and_evaluate(
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
     """
-    run = build_run(config, workdir, corpus_transform=corpus_transform)
+    timer = PhaseTimer(enabled=config.train.profile)
+    run = build_run(config, workdir, corpus_transform=corpus_transform, timer=timer)
     plan = run.plan
     # Parameters and optimizer state live replicated on the data mesh.
     replicated = bridge.replicated_sharding(run.mesh)
@@ -97,10 +99,13 @@ def train_and_evaluate(
         run.corpus,
         steps.make_eval_loss(run.loss_fn, local_mesh),
         local_mesh,
+        timer=timer,
     )
     writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
-    if state.step == 0 and config.train.eval_every_steps:
-        metrics = evaluator.validation(models.merge_params(state.trainable, frozen))
+    eval_every = config_lib.eval_every_steps(config, plan.num_steps)
+    if state.step == 0 and eval_every:
+        with timer.phase("evaluation"):
+            metrics = evaluator.validation_loss(models.merge_params(state.trainable, frozen))
         metrics.update(step=0, epsilon=plan.epsilon_after(0))
         state = dataclasses.replace(state, history=[*state.history, metrics])
         writer.write(0, {f"validation/{k}": v for k, v in metrics.items()})
@@ -121,8 +126,10 @@ def train_and_evaluate(
     )
     try:
         while state.step < last_stop and not state.stopped_early:
-            microbatches = next(prefetched)  # Empty for an empty lot: still a step.
+            with timer.phase("lot preparation (waiting on the prefetcher)"):
+                microbatches = next(prefetched)  # Empty for an empty lot: still a step.
             step = state.step
+            timer.start("device steps")
             # Placed like the step's output, so add_microbatch compiles once, not twice.
             acc = jax.device_put(core.init_accumulator(state.trainable), replicated)
             loss_sum = jnp.zeros(())
@@ -142,6 +149,8 @@ def train_and_evaluate(
             trainable, opt_state = run.step_fns.apply_lot(
                 state.trainable, state.opt_state, acc, core.noise_key_for_step(noise_base, step)
             )
+            timer.sync(trainable)  # Profiling only: charge the lot's device time here.
+            timer.stop()
             step += 1
             state = dataclasses.replace(state, step=step, trainable=trainable, opt_state=opt_state)
             if step % config.train.log_every_steps == 0 or step == plan.num_steps:
@@ -149,12 +158,11 @@ def train_and_evaluate(
                 # (0.0 exactly for an empty lot): it is not released.
                 loss = None if plan.private else float(train_loss)
                 log_progress(writer, plan, step, rates.update(step, time.time()), loss)
-            evaluate_now = (
-                config.train.eval_every_steps and step % config.train.eval_every_steps == 0
-            )
+            evaluate_now = eval_every and step % eval_every == 0
             validated = None
             if evaluate_now and step < plan.num_steps:
-                state, validated = _validate(state, run, evaluator, frozen)
+                with timer.phase("evaluation"):
+                    state, validated = _validate(state, run, evaluator, frozen)
             # Secure (os.urandom) lots cannot be replayed: a resume redraws the
             # lots after its checkpoint. Scores published from steps a resume
             # redoes would be releases the accountant never counted, so such a
@@ -166,37 +174,60 @@ def train_and_evaluate(
                 or state.stopped_early
                 or commit_first
             ):
-                checkpointing.save_state(
-                    run.manager,
-                    run.run_dir,
-                    state,
-                    sampler_state=prefetched.state_dict(),
-                    run_id=run.run_id,
-                    plan=plan,
-                )
-                if commit_first:
-                    run.manager.wait_until_finished()
+                with timer.phase("checkpointing"):
+                    checkpointing.save_state(
+                        run.manager,
+                        run.run_dir,
+                        state,
+                        sampler_state=prefetched.state_dict(),
+                        run_id=run.run_id,
+                        plan=plan,
+                    )
+                    if commit_first:
+                        run.manager.wait_until_finished()
             if validated is not None:
                 _publish_validation(writer, step, validated)
             if state.stopped_early:
                 break
     finally:
         prefetched.close()
-        run.manager.wait_until_finished()
+        with timer.phase("checkpointing"):
+            run.manager.wait_until_finished()
         writer.close()
 
     if state.step < plan.num_steps and not state.stopped_early:
         logging.info(
             "Stopped after step %d of %d as asked; rerun to resume.", state.step, plan.num_steps
         )
+        _write_profile(run, timer)
         return {"steps_done": state.step, "finished": False}
-    results = _results(run, state, evaluator, frozen, start_step, time.time() - started)
+    with timer.phase("final evaluation"):
+        results = _results(run, state, evaluator, frozen, start_step, time.time() - started)
     if distributed.is_primary():
         run.run_dir.write_results(results)
+    _write_profile(run, timer)
     logging.info(
         "Test: %s  Privacy: %s", json_dumps(results["test"]), json_dumps(results["privacy"])
     )
     return results
+
+
+def _write_profile(run: RunPieces, timer: PhaseTimer) -> None:
+    """Writes the session's profile (`train.profile`): private/ and unlogged if the run is."""
+    if not timer.enabled:
+        return
+    summary = timer.summary()
+    timer.close()
+    if not distributed.is_primary():
+        return
+    private = run.plan.private
+    table = format_table(summary)
+    path = run.run_dir.write_profile({**summary, "table": table}, private=private)
+    if private:
+        # Step and preparation times depend on the realised lot sizes: not logged.
+        logging.info("Profile of this session (private: lot-size dependent) in %s.", path)
+    else:
+        logging.info("Profile of this session (%s):\n%s", path, table)
 
 
 def _validate(state: LoopState, run: RunPieces, evaluator, frozen) -> tuple[LoopState, dict]:

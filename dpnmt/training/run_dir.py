@@ -1,10 +1,11 @@
 """A run's folder (`--workdir`): the one owner of its file names and private records.
 
 Published (the workdir minus `private/`): config.json, results.json,
-metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json)
-and checkpoints/. Private (`private/`, never published): the secret noise seed,
-the run id, the sampler state of each checkpoint, the session counter and the
-exact preprocessing counts of private splits.
+metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json),
+checkpoints/ and a non-private run's profile.json. Private (`private/`, never
+published): the secret noise seed, the run id, the sampler state of each
+checkpoint, the session counter, the exact preprocessing counts of private
+splits and a private run's profile.
 """
 
 import json
@@ -29,6 +30,8 @@ PREPROCESSING_FILE = "preprocessing.json"  # In private/: exact counts of privat
 NOISE_SEED_FILE = "noise_seed"
 RUN_ID_FILE = "run_id"
 SESSIONS_FILE = "sessions"
+# Where a session's wall time went (`train.profile`): in private/ for a private run.
+PROFILE_FILE = "profile.json"
 
 
 def _json_default(value):
@@ -134,6 +137,19 @@ class RunDir:
         """Writes `private/<name>` (strict JSON), creating `private/`."""
         os.makedirs(os.path.join(self.path, PRIVATE_DIR), exist_ok=True)
         write_json(self.private_file(name), value)
+
+    def write_profile(self, profile: dict, *, private: bool) -> str:
+        """Writes a session's profile (`dpnmt.training.profile`); returns its path.
+
+        A private run's step and lot-preparation times depend on its realised lot
+        sizes, so its profile goes to `private/` (never published); a non-private
+        run's goes beside results.json.
+        """
+        if private:
+            self.write_private_json(PROFILE_FILE, profile)
+            return self.private_file(PROFILE_FILE)
+        write_json(self.file(PROFILE_FILE), profile)
+        return self.file(PROFILE_FILE)
 
     def noise_seed(self, config: ml_collections.ConfigDict, resuming: bool) -> int:
         """The run's secret seed: 128 bits from the OS (or a test's fixed one), in `private/`.

@@ -23,6 +23,7 @@ from dpnmt.data import preprocess, tokenizers
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, steps
 from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
 
 
@@ -147,6 +148,7 @@ def build_run(
     workdir: str,
     *,
     corpus_transform: Callable[[Any], Any] | None = None,
+    timer: PhaseTimer | None = None,
 ) -> RunPieces:
     """Checks the config, prepares the workdir and builds the run's pieces in order.
 
@@ -155,49 +157,53 @@ def build_run(
       workdir: the run's folder.
       corpus_transform: `DatasetDict -> DatasetDict` applied to the loaded
         corpus before the vocabulary and the privacy plan (see `train_and_evaluate`).
+      timer: charges each piece's time to a "start-up: ..." phase (`train.profile`).
 
     Returns:
       The `RunPieces` of this session (fresh or resuming).
     """
+    timer = timer or PhaseTimer(enabled=False)
     run_dir = RunDir(workdir)
-    # 1. Checks, before a file is written (process 0 alone reads the shared
-    # workdir: no race with its own writes below).
-    config_lib.check_noise_seed(config)
-    distributed.on_primary(
-        lambda: config_check.check_run(
-            config, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
-        ),
-        "validating the config",
-    )
-    distributed.on_primary(
-        lambda: run_dir.bind_config(config),
-        "checking the workdir's config",
-    )
-    manager = checkpointing.make_manager(workdir)
-    resuming = manager.latest_step() is not None
-    if (
-        config.dp.enabled
-        and config.dp.target_epsilon is None
-        and config.dp.noise_multiplier is None
-    ):
-        raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
-    # 2. Private records. Process 0 reads or draws the secret seed and
-    # broadcasts it (no other process touches private/, and no shared-filesystem
-    # race on its creation). A random nonce (not derived from the seed) binds
-    # checkpoints to private/.
-    noise_seed = distributed.broadcast_int(
+    with timer.phase("start-up: checks, workdir"):
+        # 1. Checks, before a file is written (process 0 alone reads the shared
+        # workdir: no race with its own writes below).
+        config_lib.check_noise_seed(config)
         distributed.on_primary(
-            lambda: run_dir.noise_seed(config, resuming), "reading the secret noise seed"
+            lambda: config_check.check_run(
+                config, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
+            ),
+            "validating the config",
         )
-    )
-    run_id = distributed.broadcast_int(
-        distributed.on_primary(run_dir.run_id, "reading the private run id")
-    )
+        distributed.on_primary(
+            lambda: run_dir.bind_config(config),
+            "checking the workdir's config",
+        )
+        manager = checkpointing.make_manager(workdir)
+        resuming = manager.latest_step() is not None
+        if (
+            config.dp.enabled
+            and config.dp.target_epsilon is None
+            and config.dp.noise_multiplier is None
+        ):
+            raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
+        # 2. Private records. Process 0 reads or draws the secret seed and
+        # broadcasts it (no other process touches private/, and no shared-filesystem
+        # race on its creation). A random nonce (not derived from the seed) binds
+        # checkpoints to private/.
+        noise_seed = distributed.broadcast_int(
+            distributed.on_primary(
+                lambda: run_dir.noise_seed(config, resuming), "reading the secret noise seed"
+            )
+        )
+        run_id = distributed.broadcast_int(
+            distributed.on_primary(run_dir.run_id, "reading the private run id")
+        )
 
     # 3. Corpus.
-    corpus = pieces.load_corpus(config)
-    if corpus_transform is not None:
-        corpus = corpus_transform(corpus)
+    with timer.phase("start-up: corpus"):
+        corpus = pieces.load_corpus(config)
+        if corpus_transform is not None:
+            corpus = corpus_transform(corpus)
 
     # 4. Vocabulary. A resumed run reloads it, never relearns it; process 0
     # learns it once and the others load what it saved.
@@ -210,13 +216,15 @@ def build_run(
             learn=learn,
         )
 
-    built = distributed.on_primary(
-        lambda: tokenizer_and_vocabulary(not resuming), "building the vocabulary"
-    )
-    tokenizer, vocabulary = built if built is not None else tokenizer_and_vocabulary(False)
+    with timer.phase("start-up: vocabulary"):
+        built = distributed.on_primary(
+            lambda: tokenizer_and_vocabulary(not resuming), "building the vocabulary"
+        )
+        tokenizer, vocabulary = built if built is not None else tokenizer_and_vocabulary(False)
 
     # 5. Tokenized splits; exact counts of private splits stay in private/.
-    tokenized, train_examples, split_stats = tokenize_splits(config, corpus, tokenizer)
+    with timer.phase("start-up: tokenization"):
+        tokenized, train_examples, split_stats = tokenize_splits(config, corpus, tokenizer)
     validation_is_private = pieces.validation_is_carved_from_train(corpus)
     private_splits = {"train", "validation"} if validation_is_private else {"train"}
     distributed.on_primary(
@@ -230,12 +238,13 @@ def build_run(
             logging.info("Preprocessing %s: %s", split, counts)
 
     # 6. Privacy plan: σ, q = L/N and T, read by the sampler, the step and the accountant.
-    plan = privacy.plan_privacy(
-        config.dp,
-        config.train,
-        len(train_examples),
-        seed_is_secret=not config_lib.fixed_noise_seed(config),
-    )
+    with timer.phase("start-up: privacy plan"):
+        plan = privacy.plan_privacy(
+            config.dp,
+            config.train,
+            len(train_examples),
+            seed_is_secret=not config_lib.fixed_noise_seed(config),
+        )
     if not plan.seed_is_secret and plan.private:
         logging.warning(
             "config.%s: the noise seed is fixed, this run has NO privacy guarantee (ε = ∞).",
@@ -244,11 +253,14 @@ def build_run(
     _log_plan(plan, vocabulary)
 
     # 7. Model and optimizer.
-    root = jax.random.key(config.seed)
-    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.fold_in(root, 0))
-    trainable, frozen = models.split_params(params, pieces.trainable_predicate(config))
-    tx = steps.make_optimizer(config.train, plan.num_steps)
-    opt_state = tx.init(trainable)
+    with timer.phase("start-up: model init"):
+        root = jax.random.key(config.seed)
+        model, model_config, params = pieces.build_model(
+            config, tokenizer, jax.random.fold_in(root, 0)
+        )
+        trainable, frozen = models.split_params(params, pieces.trainable_predicate(config))
+        tx = steps.make_optimizer(config.train, plan.num_steps)
+        opt_state = timer.sync(tx.init(trainable))
 
     def loss_fn(full_params, example, dropout_key):
         return steps.example_loss(model, model_config, full_params, example, dropout_key)

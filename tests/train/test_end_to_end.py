@@ -158,11 +158,20 @@ def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
 def test_nonprivate_run_learns(tmp_path):
     config = small_config("nonprivate")
     config.train.num_epochs = 3
+    config.train.profile = True
     results = loop.train_and_evaluate(config, str(tmp_path))
     assert not results["privacy"]["private"]
+    # A non-private run's profile is published beside results.json.
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    rows = {row["phase"]: row for row in profile["phases"]}
+    assert rows["device steps"]["count"] == results["steps_done"]
+    assert rows["device steps"]["compile_seconds"] > 0  # The first lot compiles the step.
+    assert sum(row["fraction"] for row in profile["phases"]) == pytest.approx(1.0)
+    assert not (tmp_path / "private" / "profile.json").exists()
     assert math.isinf(results["privacy"]["dp_sgd_epsilon"])
     start = results["history"][0]
     assert start["step"] == 0
+    assert "bleu" not in start  # Before training: the loss only, no full-length decode.
     # Nats per target token: well beyond run-to-run noise.
     assert results["validation"]["loss"] < start["loss"] - 1.0
 

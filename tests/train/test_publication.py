@@ -48,6 +48,7 @@ def run(tmp_path_factory):
     c.train.checkpoint_every_steps = 20
     c.train.log_every_steps = 5
     c.eval.max_new_tokens = 4
+    c.train.profile = True  # Its timings depend on the realised lot sizes.
     handler, root = _Lines(), logging.getLogger()
     level = root.level
     root.addHandler(handler)
@@ -123,3 +124,13 @@ def test_private_counts_stay_private_and_the_report_states_its_assumptions(run):
     exact = json.loads((workdir / run_dir.PRIVATE_DIR / run_dir.PREPROCESSING_FILE).read_text())
     assert exact["train"]["num_kept"] == report["dataset_size"]
     assert {"num_examples", "num_dropped", "num_source_truncated"} <= set(exact["train"])
+
+
+def test_a_private_runs_profile_is_private_and_unlogged(run):
+    workdir, _, lines = run
+    profile = json.loads((workdir / run_dir.PRIVATE_DIR / run_dir.PROFILE_FILE).read_text())
+    phases = {row["phase"] for row in profile["phases"]}
+    assert {"device steps", "lot preparation (waiting on the prefetcher)"} <= phases
+    published = {os.path.basename(path) for path in _published_files(workdir)}
+    assert run_dir.PROFILE_FILE not in published
+    assert not any("device steps" in line or "| phase |" in line for line in lines)
