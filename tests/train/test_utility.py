@@ -72,10 +72,14 @@ SMALL = {
     "eval.max_new_tokens": 32,
     "eval.batch_size": 100,
 }
-NONPRIVATE = ("nonprivate", {**SMALL, "train.expected_lot_size": 32, "train.num_epochs": 1,
-                             "train.learning_rate": 3e-3})  # 125 steps.
-PRIVATE = ("eps1000", {**SMALL, "train.expected_lot_size": 64, "train.num_epochs": 2,
-                       "train.learning_rate": 3e-3})  # 125 lots.
+NONPRIVATE = (
+    "nonprivate",
+    {**SMALL, "train.expected_lot_size": 32, "train.num_epochs": 1, "train.learning_rate": 3e-3},
+)  # 125 steps.
+PRIVATE = (
+    "eps1000",
+    {**SMALL, "train.expected_lot_size": 64, "train.num_epochs": 2, "train.learning_rate": 3e-3},
+)  # 125 lots.
 
 
 def small_config(variant: str = "nonprivate"):
@@ -103,8 +107,11 @@ def train(run, workdir: pathlib.Path) -> dict:
     variant, overrides = run
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
     command = [
-        sys.executable, "-m", "dpnmt.train",
-        f"--config={CONFIG_FILE}:{variant}", f"--workdir={workdir}",
+        sys.executable,
+        "-m",
+        "dpnmt.train",
+        f"--config={CONFIG_FILE}:{variant}",
+        f"--workdir={workdir}",
         *(f"--config.{name}={value}" for name, value in overrides.items()),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
