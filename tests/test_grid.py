@@ -182,3 +182,19 @@ def test_report_of_a_grid_with_a_non_private_cell(tmp_path):
     assert "eps1-poisson/seed9 (failed)" in markdown
     for name in report.FIGURES:
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_cache_is_private_and_nojax_cache_turns_every_cache_off(tmp_path, monkeypatch):
+    from dpnmt.sweeps import runner
+    from dpnmt.training import compilation_cache
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.delenv(compilation_cache.ENV_VAR, raising=False)
+    on = runner.child_env(str(tmp_path), jax_cache=True)
+    # Which shapes compile can depend on private lots: the cache is under private/.
+    assert on["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "private" / "jax_cache")
+    assert compilation_cache.resolve("auto", on) == on["JAX_COMPILATION_CACHE_DIR"]
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+    off = runner.child_env(str(tmp_path), jax_cache=False)
+    assert "JAX_COMPILATION_CACHE_DIR" not in off
+    assert compilation_cache.resolve("auto", off) is None

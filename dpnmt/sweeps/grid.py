@@ -23,6 +23,8 @@ MANIFEST_FILE = "sweep.json"
 TRAIN_LOG = os.path.join("private", "train.log")
 # The tail of a failed attempt's log (may quote private data: never in sweep.json).
 ERROR_TAIL = os.path.join("private", "last_error.txt")
+# The runs' shared XLA cache, in the sweep folder (compiled shapes may depend on lots).
+JAX_CACHE = os.path.join("private", "jax_cache")
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 INTERRUPTED = "interrupted"  # The sweep was stopped while this run trained.
 # Fields a grid cell sets: overriding them would make the run's folder name lie.

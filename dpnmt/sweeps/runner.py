@@ -15,8 +15,9 @@ from absl import logging
 import dpnmt
 from dpnmt import config_check
 from dpnmt.sweeps import grid
+from dpnmt.training import compilation_cache
 
-TAIL_LINES = 40  # Lines of a failed run's log kept in the manifest.
+TAIL_LINES = 40  # Lines of a failed run's log kept in its private/last_error.txt.
 
 
 def child_env(workdir: str, jax_cache: bool) -> dict:
@@ -24,8 +25,12 @@ def child_env(workdir: str, jax_cache: bool) -> dict:
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(dpnmt.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    if jax_cache and "JAX_COMPILATION_CACHE_DIR" not in env:
-        env["JAX_COMPILATION_CACHE_DIR"] = os.path.abspath(os.path.join(workdir, "jax_cache"))
+    if not jax_cache:
+        env[compilation_cache.ENV_VAR] = compilation_cache.OFF
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    elif "JAX_COMPILATION_CACHE_DIR" not in env:
+        # Under private/: which shapes compile can depend on private lot content.
+        env["JAX_COMPILATION_CACHE_DIR"] = os.path.abspath(os.path.join(workdir, grid.JAX_CACHE))
     return env
 
 
