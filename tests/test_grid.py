@@ -8,6 +8,7 @@ import pytest
 
 from dpnmt import config_lib
 from dpnmt.sweeps import grid, summary
+from dpnmt.training.privacy_report import PrivacyReport, VocabularyClaim
 
 
 def test_expand_orders_runs_and_names_their_folders():
@@ -125,15 +126,34 @@ def _fake_results(rng, private, sampling, epsilon):
         "history": history,
         "validation": {"bleu": float(rng.uniform(0, 30)), "loss": float(rng.uniform(2, 7))},
         "test": {"bleu": float(rng.uniform(0, 30)), "bertscore": {"f1": float(rng.uniform(0, 1))}},
-        "privacy": {
-            "private": private,
-            "sampling": sampling,
-            "dp_sgd_epsilon": epsilon if private else "inf",
-            "total_epsilon": epsilon + 1.5 if private else "inf",
-            "noise_multiplier": 0.9 if private else 0.0,
-            "steps_done": steps,
-        },
+        "privacy": _fake_report(private, sampling, epsilon, steps),
     }
+
+
+def _fake_report(private, sampling, epsilon, steps):
+    """results.json's "privacy" object (inf as the string "inf", as write_json stores it)."""
+    report = PrivacyReport(
+        private=private,
+        bound="test",
+        sampling=sampling,
+        adjacency="test",
+        noise_multiplier=0.9 if private else 0.0,
+        l2_clip=1.0,
+        expected_lot_size=8,
+        dataset_size=100,
+        sampling_rate=0.08,
+        assumed_public=("N",),
+        steps_done=steps,
+        steps_planned=steps,
+        dp_sgd_epsilon=epsilon if private else math.inf,
+        dp_sgd_epsilon_is_at="steps_planned",
+        dp_sgd_delta=1e-5,
+        validation_is_private=False,
+        vocabulary=VocabularyClaim("pretrained", True, 0.0, 0.0, "test"),
+        total_epsilon=epsilon + 1.5 if private else math.inf,
+        composition="test",
+    )
+    return {k: "inf" if v == math.inf else v for k, v in report.to_json().items()}
 
 
 def test_report_of_a_grid_with_a_non_private_cell(tmp_path):
