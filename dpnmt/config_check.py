@@ -41,6 +41,7 @@ ENUM_FIELDS: dict[str, tuple[str, ...]] = {
     "tokenizer.kind": TOKENIZER_KINDS,
     "tokenizer.model_type": ("unigram", "bpe"),
     "model.family": preprocess.FAMILIES,
+    "model.finetune": ("all", "lora", "bias"),
     "dp.accountant": tuple(a.value for a in core.accounting.Accountant),
     "dp.sampling": (privacy.POISSON, privacy.SHUFFLE),
     "dp.clipping": core.private_grad.CLIPPING_METHODS,
@@ -161,6 +162,8 @@ _RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.num_decoder_layers", lambda v: v >= 1, ">= 1"),
     ("model.num_heads", lambda v: v >= 1, ">= 1"),
     ("model.dropout_rate", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("model.lora_rank", lambda v: v >= 0, ">= 0 (0: no adapters)"),
+    ("model.lora_alpha", lambda v: v > 0 and math.isfinite(v), "> 0 (or unset: alpha = rank)"),
     ("dp.clipping_chunk", lambda v: v >= 0, ">= 0 (0: the whole micro-batch at once)"),
     ("train.expected_lot_size", lambda v: v >= 1, ">= 1 (L, examples per lot)"),
     ("train.physical_batch_size", lambda v: v >= 1, ">= 1 (rows per micro-batch)"),
@@ -238,6 +241,63 @@ def _model_problems(config) -> list[str]:
             problems.append(
                 f"model.trainable={config.model.trainable!r} is not a regex ({error}); fix it."
             )
+    return problems
+
+
+def _architecture(config) -> tuple[str, bool] | None:
+    """(model_type, gated feed-forward) of the model the run builds, if known unloaded.
+
+    From scratch it is a T5 of `model.feed_forward_proj`; a local pretrained
+    folder says in its config.json; a hub id is not looked up (None).
+    """
+    name = config.model.name_or_path
+    if name is None:
+        return "t5", str(config.model.feed_forward_proj).startswith("gated-")
+    path = os.path.join(os.path.expanduser(name), "config.json")  # Hugging Face config.
+    try:
+        with open(path) as f:
+            hf_config = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    gated = str(hf_config.get("feed_forward_proj", "relu")).startswith("gated-")
+    return str(hf_config.get("model_type")), gated
+
+
+def _finetune_problems(config) -> list[str]:
+    """`model.finetune` and the LoRA fields agree, name real layers, fit the model."""
+    from dpnmt.models import lora  # noqa: PLC0415 - flax only when needed.
+
+    mode, rank, field = config.model.finetune, config.model.lora_rank, config.model.lora_targets
+    if not isinstance(rank, int) or rank < 0:
+        return []  # Named by the range check.
+    problems = []
+    if mode == "lora" and rank == 0:
+        problems.append(
+            "model.finetune='lora' needs model.lora_rank >= 1 (the adapters' rank, e.g. 8)."
+        )
+    if rank > 0 and mode != "lora":
+        problems.append(
+            f"model.lora_rank={rank} adds adapters, but model.finetune={mode!r} would not "
+            "train them alone: set model.finetune='lora' (or model.lora_rank=0)."
+        )
+    if mode in ("lora", "bias") and config.model.trainable is not None:
+        problems.append(
+            f"model.trainable={config.model.trainable!r} and model.finetune={mode!r} both "
+            "choose the trained parameters; unset model.trainable (it applies to "
+            "finetune='all')."
+        )
+    architecture = _architecture(config)
+    known = architecture is not None and architecture[0] in ("t5", "mt5", "mbart")
+    if mode == "lora" and rank > 0:
+        valid = lora.valid_targets(architecture[0], gated=architecture[1]) if known else None
+        problem = lora.check_targets(config_lib.lora_targets(config), valid or lora.ALL_TARGETS)
+        if problem:
+            problems.append(f"model.lora_targets={field!r}: {problem}")
+    if mode == "bias" and known and architecture[0] in ("t5", "mt5"):
+        problems.append(
+            "model.finetune='bias' trains only bias terms, and T5 and mT5 layers have none "
+            "(they are bias-free): use model.finetune='lora' or 'all', or an mBART model."
+        )
     return problems
 
 
@@ -357,6 +417,7 @@ def config_problems(
         *_privacy_problems(config),
         *_tokenizer_problems(config),
         *_model_problems(config),
+        *_finetune_problems(config),
         *_data_problems(config),
         *_device_problems(config, device_count),
         *compilation_cache.problems(config.train.compilation_cache),

@@ -116,6 +116,15 @@ def base_config() -> ml_collections.ConfigDict:
     # Regex over parameter paths ("encoder/.../kernel"); only matches are trained
     # and get per-example gradients. None trains everything.
     c.model.trainable = config_dict.placeholder(str)  # Trainable-params regex (above).
+    # Parameter-efficient fine-tuning (README: "Parameter-efficient DP fine-tuning"):
+    # all (every parameter, or those model.trainable matches) | lora (only the
+    # adapters below; the base is frozen) | bias (only bias terms: mBART; T5 has none).
+    c.model.finetune = "all"  # Which parameters train (above).
+    c.model.lora_rank = 0  # LoRA adapters' rank r (0: none; finetune=lora needs >= 1).
+    c.model.lora_alpha = config_dict.placeholder(float)  # Adapter scale alpha/r (None: alpha=r).
+    # Comma-separated layers given adapters in every block: q,k,v,o (attention),
+    # wo and wi (T5 v1.0) or wi_0,wi_1 (T5 v1.1/mT5), fc1,fc2 (mBART).
+    c.model.lora_targets = "q,v"  # Adapted layers (above).
 
     c.dp = ml_collections.ConfigDict()
     c.dp.enabled = True  # False: plain mini-batch training, no clipping or noise.
@@ -251,6 +260,12 @@ def make_config(
     config.dp.target_epsilon = target
     config.dp.sampling = sampling or ("poisson" if target is not None else "shuffle")
     return config
+
+
+def lora_targets(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """`model.lora_targets` ("q, v") as names ("q", "v"), repeats dropped."""
+    names = (part.strip() for part in str(config.model.lora_targets or "").split(","))
+    return tuple(dict.fromkeys(name for name in names if name))
 
 
 def tokenizer_kind(config: ml_collections.ConfigDict) -> str:

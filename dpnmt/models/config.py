@@ -14,6 +14,41 @@ _T5_ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu", "gelu_pytorch_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
+class LoRASpec:
+    """Low-rank adapters on chosen dense kernels (`dpnmt.models.lora`); rank 0: none.
+
+    Each targeted kernel W [d_in, d_out] gets `x -> x W (+ b) + (alpha / rank) x A B`
+    with A [d_in, rank] and B [rank, d_out] (B starts at zero), as two bias-free
+    `nn.Dense` layers that ghost clipping sees exactly.
+
+    Attributes:
+        rank: r, the adapters' inner width (0: no adapters).
+        alpha: Scale numerator (None: alpha = rank, a scale of 1).
+        targets: Module names of the adapted kernels ("q", "k", "v", "o" in
+            every attention layer; T5 "wi"/"wi_0"/"wi_1"/"wo", mBART
+            "fc1"/"fc2" in every feed-forward layer).
+    """
+
+    rank: int = 0
+    alpha: float | None = None
+    targets: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any kernel gets an adapter."""
+        return self.rank > 0 and bool(self.targets)
+
+    @property
+    def scale(self) -> float:
+        """The factor of the adapter's output: alpha / rank."""
+        return (self.rank if self.alpha is None else self.alpha) / self.rank
+
+    def adapts(self, name: str) -> bool:
+        """Whether the dense layer called `name` gets an adapter."""
+        return self.enabled and name in self.targets
+
+
+@dataclasses.dataclass(frozen=True)
 class T5Config:
     """Architecture of a T5 v1.0 / v1.1 / mT5 encoder-decoder.
 
@@ -39,6 +74,8 @@ class T5Config:
         pad_token_id: Padding token id.
         eos_token_id: End-of-sequence token id.
         decoder_start_token_id: First decoder input token.
+        lora: Low-rank adapters (none by default; never part of a Hugging
+            Face config: export merges them into the kernels).
     """
 
     model_type: str = "t5"
@@ -59,6 +96,7 @@ class T5Config:
     pad_token_id: int = 0
     eos_token_id: int = 1
     decoder_start_token_id: int = 0
+    lora: LoRASpec = LoRASpec()
 
     def __post_init__(self):
         parts = self.feed_forward_proj.split("-")
@@ -118,6 +156,7 @@ class MBartConfig:
             (target language id for mBART-50), or None.
         forced_eos_token_id: Token forced at the last position when the maximum
             length is reached, or None.
+        lora: Low-rank adapters, as for `T5Config`.
     """
 
     model_type: str = "mbart"
@@ -143,6 +182,7 @@ class MBartConfig:
     decoder_start_token_id: int = 2
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = 2
+    lora: LoRASpec = LoRASpec()
 
 
 ModelConfig = T5Config | MBartConfig

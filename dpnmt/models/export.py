@@ -4,7 +4,8 @@ The inverse of `dpnmt.models.convert`: each Flax leaf goes to the weight that
 `convert.hf_name` names, tied aliases (T5's and mBART's `embed_tokens`, a tied
 `lm_head`) are filled from the shared embedding, and transformers' own
 `save_pretrained` writes `config.json`, `model.safetensors` and
-`generation_config.json`.
+`generation_config.json`. LoRA adapters are merged into their kernels first
+(`lora.merge_adapters`): the export is a plain model.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import chex
 import flax.traverse_util as traverse_util
 import numpy as np
 
-from dpnmt.models import convert
+from dpnmt.models import convert, lora
 from dpnmt.models.config import MBartConfig, ModelConfig, T5Config
 
 
@@ -25,12 +26,14 @@ def to_state_dict(params: chex.ArrayTree, config: ModelConfig) -> dict[str, np.n
 
     Args:
         params: Flax params of `factory.create_model(config)` (jax or numpy leaves).
-        config: Their architecture.
+        config: Their architecture; with `config.lora`, adapters are merged
+            into their kernels (`W + (alpha / r) A B`).
 
     Returns:
         A state dict that `convert.convert_state_dict(…, config)` maps back to
-        `params` exactly.
+        `params` exactly (to the merged params for a model with adapters).
     """
+    params, config = lora.merge_adapters(params, config)
     state_dict = {}
     for path, leaf in traverse_util.flatten_dict(params).items():
         name, transpose = convert.hf_name(config, path)

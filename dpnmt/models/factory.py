@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import chex
 import flax.linen as nn
+import flax.traverse_util as traverse_util
 import jax
 import jax.numpy as jnp
 
+from dpnmt.models import lora
 from dpnmt.models.config import MBartConfig, ModelConfig, T5Config
 from dpnmt.models.mbart import MBartForConditionalGeneration
 from dpnmt.models.t5 import T5ForConditionalGeneration
@@ -60,3 +62,36 @@ def init_params(model: nn.Module, rng: chex.PRNGKey) -> chex.ArrayTree:
 def abstract_params(model: nn.Module) -> chex.ArrayTree:
     """Shapes and dtypes of the parameters (`jax.ShapeDtypeStruct` leaves), no compute."""
     return jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+
+
+def add_adapters(
+    model: nn.Module, base_params: chex.ArrayTree, rng: chex.PRNGKey
+) -> chex.ArrayTree:
+    """`base_params` (a model without adapters) plus freshly initialised adapters.
+
+    Args:
+        model: The module with adapters (`create_model(config)`, `config.lora` set).
+        base_params: Parameters of the same architecture without adapters
+            (e.g. `load_pretrained`'s).
+        rng: Key of the adapters' initialisation (public).
+
+    Returns:
+        The params of `model`: the base leaves unchanged, A random, B zero.
+
+    Raises:
+        ValueError: If the base params do not fit the model.
+    """
+    # jit drops the initialisation of every non-adapter leaf (dead code).
+    adapters = jax.jit(
+        lambda key: {
+            k: v
+            for k, v in traverse_util.flatten_dict(init_params(model, key)).items()
+            if lora.is_adapter("/".join(k))
+        }
+    )(rng)
+    flat = traverse_util.flatten_dict(base_params)
+    expected = traverse_util.flatten_dict(abstract_params(model))
+    missing = sorted("/".join(k) for k in expected.keys() - flat.keys() - adapters.keys())
+    if missing:
+        raise ValueError(f"base params lack {missing[:5]} for the adapted model.")
+    return traverse_util.unflatten_dict({**flat, **adapters})

@@ -15,8 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import attention
-from dpnmt.models.config import MBartConfig
+from dpnmt.models import attention, lora
+from dpnmt.models.config import LoRASpec, MBartConfig
 
 POSITION_OFFSET = 2
 _INIT_STD = 0.02
@@ -35,8 +35,12 @@ def _layer_norm(config: MBartConfig, name: str | None = None) -> nn.LayerNorm:
     return nn.LayerNorm(epsilon=config.layer_norm_eps, use_fast_variance=False, name=name)
 
 
-def _dense(features: int, name: str | None = None) -> nn.Dense:
-    return nn.Dense(features, kernel_init=nn.initializers.normal(_INIT_STD), name=name)
+def _dense(spec: LoRASpec, target: str, features: int, name: str | None = None) -> nn.Module:
+    """A biased dense layer (`target` names it for the adapters; `name` only in compact)."""
+    init = nn.initializers.normal(_INIT_STD)
+    if name is not None:
+        return lora.dense(spec, target, features, kernel_init=init, name=name)
+    return lora.dense(spec, target, features, kernel_init=init)
 
 
 class MBartAttention(nn.Module):
@@ -45,16 +49,17 @@ class MBartAttention(nn.Module):
     d_model: int
     num_heads: int
     dropout_rate: float
+    adapters: LoRASpec = LoRASpec()
 
     def setup(self):  # noqa: D102 (flax hook)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}."
             )
-        self.q = _dense(self.d_model)
-        self.k = _dense(self.d_model)
-        self.v = _dense(self.d_model)
-        self.o = _dense(self.d_model)
+        self.q = _dense(self.adapters, "q", self.d_model)
+        self.k = _dense(self.adapters, "k", self.d_model)
+        self.v = _dense(self.adapters, "v", self.d_model)
+        self.o = _dense(self.adapters, "o", self.d_model)
         self.dropout = nn.Dropout(self.dropout_rate)
 
     def _heads(self, x: chex.Array) -> chex.Array:
@@ -96,10 +101,12 @@ class MBartLayer(nn.Module):
         heads = cfg.decoder_attention_heads if self.is_decoder else cfg.encoder_attention_heads
         ffn_dim = cfg.decoder_ffn_dim if self.is_decoder else cfg.encoder_ffn_dim
         self.self_attention_norm = _layer_norm(cfg)
-        self.self_attention = MBartAttention(cfg.d_model, heads, cfg.attention_dropout)
+        self.self_attention = MBartAttention(cfg.d_model, heads, cfg.attention_dropout, cfg.lora)
         if self.is_decoder:
             self.cross_attention_norm = _layer_norm(cfg)
-            self.cross_attention = MBartAttention(cfg.d_model, heads, cfg.attention_dropout)
+            self.cross_attention = MBartAttention(
+                cfg.d_model, heads, cfg.attention_dropout, cfg.lora
+            )
         self.ffn_norm = _layer_norm(cfg)
         self.ffn = MBartFeedForward(cfg, ffn_dim)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -158,9 +165,11 @@ class MBartFeedForward(nn.Module):
     def __call__(self, x: chex.Array, deterministic: bool) -> chex.Array:
         """Maps [batch, len, d_model] to [batch, len, d_model]."""
         cfg = self.config
-        hidden = _ACTIVATIONS[cfg.activation_function](_dense(self.hidden_dim, "fc1")(x))
+        hidden = _ACTIVATIONS[cfg.activation_function](
+            _dense(cfg.lora, "fc1", self.hidden_dim, "fc1")(x)
+        )
         hidden = nn.Dropout(cfg.activation_dropout)(hidden, deterministic=deterministic)
-        return _dense(cfg.d_model, "fc2")(hidden)
+        return _dense(cfg.lora, "fc2", cfg.d_model, "fc2")(hidden)
 
 
 class MBartStack(nn.Module):

@@ -36,6 +36,9 @@ def regex_trainable(pattern: str) -> TrainableFn:
 cross_attention_only = regex_trainable(r"(^|/)cross_attention(_norm)?/")
 # Everything except token and learned position embeddings.
 all_but_embeddings = regex_trainable(r"^(?!shared/)(?!.*embed_positions/)")
+# Bias terms only (BitFit): dense and layer-norm biases, mBART's final_logits_bias.
+# T5 has none: nothing matches (split_params then raises).
+bias_only = regex_trainable(r"(^|/)(bias|final_logits_bias)$")
 
 
 def split_params(

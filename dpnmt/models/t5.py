@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import attention
+from dpnmt.models import attention, lora
 from dpnmt.models.config import T5Config
 
 _ACTIVATIONS = {
@@ -84,14 +84,17 @@ class T5FeedForward(nn.Module):
         act = _ACTIVATIONS[cfg.dense_act_fn]
         init_in = nn.initializers.normal(cfg.d_model**-0.5)
         init_out = nn.initializers.normal(cfg.d_ff**-0.5)
+
+        def dense(name, features, init):
+            return lora.dense(cfg.lora, name, features, use_bias=False, kernel_init=init, name=name)
+
         if cfg.is_gated_act:
-            gate = act(nn.Dense(cfg.d_ff, use_bias=False, kernel_init=init_in, name="wi_0")(x))
-            linear = nn.Dense(cfg.d_ff, use_bias=False, kernel_init=init_in, name="wi_1")(x)
-            hidden = gate * linear
+            gate = act(dense("wi_0", cfg.d_ff, init_in)(x))
+            hidden = gate * dense("wi_1", cfg.d_ff, init_in)(x)
         else:
-            hidden = act(nn.Dense(cfg.d_ff, use_bias=False, kernel_init=init_in, name="wi")(x))
+            hidden = act(dense("wi", cfg.d_ff, init_in)(x))
         hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=deterministic)
-        return nn.Dense(cfg.d_model, use_bias=False, kernel_init=init_out, name="wo")(hidden)
+        return dense("wo", cfg.d_model, init_out)(hidden)
 
 
 class T5Attention(nn.Module):
@@ -102,20 +105,15 @@ class T5Attention(nn.Module):
     def setup(self):  # noqa: D102 (flax hook)
         cfg = self.config
         inner = cfg.num_heads * cfg.d_kv
-        self.q = nn.Dense(
-            inner,
-            use_bias=False,
-            kernel_init=nn.initializers.normal((cfg.d_model * cfg.d_kv) ** -0.5),
-        )
-        self.k = nn.Dense(
-            inner, use_bias=False, kernel_init=nn.initializers.normal(cfg.d_model**-0.5)
-        )
-        self.v = nn.Dense(
-            inner, use_bias=False, kernel_init=nn.initializers.normal(cfg.d_model**-0.5)
-        )
-        self.o = nn.Dense(
-            cfg.d_model, use_bias=False, kernel_init=nn.initializers.normal(inner**-0.5)
-        )
+
+        def dense(name, features, std):
+            init = nn.initializers.normal(std)
+            return lora.dense(cfg.lora, name, features, use_bias=False, kernel_init=init)
+
+        self.q = dense("q", inner, (cfg.d_model * cfg.d_kv) ** -0.5)
+        self.k = dense("k", inner, cfg.d_model**-0.5)
+        self.v = dense("v", inner, cfg.d_model**-0.5)
+        self.o = dense("o", cfg.d_model, inner**-0.5)
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def _heads(self, x: chex.Array) -> chex.Array:

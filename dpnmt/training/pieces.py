@@ -20,7 +20,8 @@ from dpnmt import config_check, config_lib, models
 from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
-from dpnmt.errors import ModelUnavailableError
+from dpnmt.errors import ConfigError, ModelUnavailableError
+from dpnmt.models import lora
 from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 
 
@@ -203,20 +204,75 @@ def tokenize_train_on_demand(
 
 
 def trainable_predicate(config: ml_collections.ConfigDict):
-    """`(path, leaf) -> bool`: which parameters get per-example gradients (`model.trainable`)."""
+    """`(path, leaf) -> bool`: which parameters get per-example gradients.
+
+    `model.finetune`: "lora" the adapters only, "bias" the bias terms only,
+    "all" everything `model.trainable` matches (everything when unset).
+    """
+    if config.model.finetune == "lora":
+        return models.is_adapter
+    if config.model.finetune == "bias":
+        return models.bias_only
     if config.model.trainable:
         return models.regex_trainable(config.model.trainable)
     return lambda path, leaf: True
 
 
+def split_trainable(config: ml_collections.ConfigDict, params) -> tuple[Any, Any]:
+    """(trainable, frozen) parameters by `trainable_predicate`.
+
+    Raises:
+      ConfigError: nothing is trainable (e.g. `model.finetune='bias'` on a T5).
+    """
+    try:
+        return models.split_params(params, trainable_predicate(config))
+    except ValueError as error:
+        if config.model.finetune == "bias":
+            raise ConfigError(
+                "model.finetune='bias' trains only bias terms, and this model has none (T5 "
+                "and mT5 layers are bias-free): use model.finetune='lora' or 'all', or an "
+                "mBART model."
+            ) from error
+        raise ConfigError(f"model.trainable={config.model.trainable!r}: {error}") from error
+
+
+def lora_spec(config: ml_collections.ConfigDict) -> models.LoRASpec:
+    """The adapters `model.lora_*` ask for (none when `model.lora_rank` is 0)."""
+    if not config.model.lora_rank:
+        return models.LoRASpec()
+    return models.LoRASpec(
+        rank=config.model.lora_rank,
+        alpha=config.model.lora_alpha,
+        targets=config_lib.lora_targets(config),
+    )
+
+
+def _with_adapters(config, model_config, params, rng) -> tuple[Any, Any, Any]:
+    """The model with `model.lora_*` adapters: base `params` kept, adapters initialised."""
+    spec = lora_spec(config)
+    if not spec.enabled:
+        return models.create_model(model_config), model_config, params
+    problem = lora.check_targets(spec.targets, lora.targets_of(model_config))
+    if problem:
+        raise ConfigError(f"model.lora_targets={config.model.lora_targets!r}: {problem}")
+    model_config = dataclasses.replace(model_config, lora=spec)
+    model = models.create_model(model_config)
+    return model, model_config, models.add_adapters(model, params, jax.random.fold_in(rng, 1))
+
+
 def build_model(
     config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer, rng: jax.Array
 ) -> tuple[Any, Any, Any]:
-    """(flax module, its model config, initial params): pretrained or from scratch."""
+    """(flax module, its model config, initial params): pretrained or from scratch.
+
+    With `model.lora_rank` > 0 the model carries adapters (`models.LoRASpec`):
+    the base weights as without them, the adapters from `rng` (B = 0, so the
+    initial model computes the same function).
+    """
     if config.model.name_or_path is not None:
         with _hub_errors(config.model.name_or_path):
             model, params, _ = models.load_pretrained(config.model.name_or_path)
-        return model, model.config, params
+        return _with_adapters(config, model.config, params, rng)
     gated = config.model.feed_forward_proj.startswith("gated-")
     model_config = models.T5Config(
         model_type="t5",
@@ -235,5 +291,5 @@ def build_model(
         eos_token_id=tokenizer.eos_id,
         decoder_start_token_id=tokenizer.pad_id,
     )
-    model = models.create_model(model_config)
-    return model, model_config, models.init_params(model, rng)
+    params = models.init_params(models.create_model(model_config), rng)
+    return _with_adapters(config, model_config, params, rng)

@@ -18,7 +18,7 @@ import ml_collections
 import optax
 import orbax.checkpoint as ocp
 
-from dpnmt import bridge, config_check, config_lib, distributed, models, privacy
+from dpnmt import bridge, config_check, config_lib, distributed, privacy
 from dpnmt.data import preprocess, tokenizers
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, steps
@@ -258,7 +258,7 @@ def build_run(
         model, model_config, params = pieces.build_model(
             config, tokenizer, jax.random.fold_in(root, 0)
         )
-        trainable, frozen = models.split_params(params, pieces.trainable_predicate(config))
+        trainable, frozen = pieces.split_trainable(config, params)
         tx = steps.make_optimizer(config.train, plan.num_steps)
         opt_state = timer.sync(tx.init(trainable))
 
