@@ -473,8 +473,13 @@ def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str
     with open(path) as f:
         previous = flatten(json.load(f))
     current = flatten(json.loads(config.to_json_best_effort()))
+    # A field newer than the workdir's config.json, at its default, is not a
+    # change: new fields default to the behaviour the run had.
+    defaults = flatten(json.loads(config_lib.base_config().to_json_best_effort()))
+    newer = {k for k in current.keys() - previous.keys() if defaults.get(k, ...) != current[k]}
     changed = sorted(
-        (previous.keys() ^ current.keys())
+        (previous.keys() - current.keys())
+        | newer
         | {k for k, v in current.items() if previous.get(k, v) != v}
     )
     changed = [k for k in changed if k not in NOT_BINDING_FIELDS]

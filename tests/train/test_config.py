@@ -2,6 +2,7 @@
 
 import importlib.util
 import inspect
+import json
 import pathlib
 import re
 
@@ -97,3 +98,22 @@ def test_vocabulary_fields_are_config_fields():
     fields = config_check.config_fields()
     for prefix in config_check.VOCABULARY_FIELDS:
         assert any(f == prefix or f.startswith(prefix) for f in fields), prefix
+
+
+def test_a_field_newer_than_the_workdir_binds_only_off_its_default(tmp_path):
+    """A run made before a field existed resumes while the field keeps its default."""
+    from dpnmt import config_check, config_lib
+
+    config = config_lib.base_config()
+    published = json.loads(config.to_json_best_effort())
+    del published["model"]["finetune"]  # As written before the field existed.
+    (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
+    (tmp_path / config_check.CHECKPOINT_DIR / "1").mkdir(parents=True)
+    assert config_check.binding_changes(str(tmp_path), config) == []
+    config.model.finetune = "bias"
+    assert config_check.binding_changes(str(tmp_path), config) == ["model.finetune"]
+    del published["train"]["learning_rate"]  # A field the workdir has and the code lost...
+    published["train"]["no_longer_a_field"] = 1  # ...or one the code no longer knows.
+    (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
+    config.model.finetune = "all"
+    assert config_check.binding_changes(str(tmp_path), config) == ["train.no_longer_a_field"]
