@@ -82,11 +82,17 @@ def train_and_evaluate(
         logging.info("Resumed from step %d.", state.step)
 
     noise_base = core.key_from_seed(derived_seed(run.noise_seed, "noise"))
+    # Dropout keys are secret too: an example's key follows its row position in
+    # the lot, and adding an example shifts the others' rows. With public keys
+    # that would change the other examples' (known) dropout masks, moving the
+    # clipped sum by more than C; with secret keys the others' masks stay iid.
+    dropout_base = core.key_from_seed(derived_seed(run.noise_seed, "dropout"))
     secure_lots = bool(config.dp.secure_rng and plan.private)
     if secure_lots:
-        # Fresh secure lots after a resume: never pair them with replayed noise keys.
-        noise_base = jax.random.fold_in(noise_base, run.run_dir.count_session())
-    dropout_base = jax.random.fold_in(run.root_key, 1)
+        # Fresh secure lots after a resume: never pair them with replayed keys.
+        session = run.run_dir.count_session()
+        noise_base = jax.random.fold_in(noise_base, session)
+        dropout_base = jax.random.fold_in(dropout_base, session)
     # Every process evaluates on its own devices (identical results, no
     # cross-process traffic); process 0 alone writes them.
     local_mesh = distributed.local_mesh()
@@ -163,11 +169,12 @@ def train_and_evaluate(
             if evaluate_now and step < plan.num_steps:
                 with timer.phase("evaluation"):
                     state, validated = _validate(state, run, evaluator, frozen)
-            # Secure (os.urandom) lots cannot be replayed: a resume redraws the
-            # lots after its checkpoint. Scores published from steps a resume
-            # redoes would be releases the accountant never counted, so such a
-            # run publishes validation only from a committed checkpoint.
-            commit_first = validated is not None and secure_lots
+            # A resume redoes the steps after its checkpoint, and may not replay
+            # them bit for bit (secure lots are redrawn; length buckets or the
+            # device count may differ): scores published from redone steps
+            # would be releases the accountant never counted. A private run
+            # publishes validation only from a committed checkpoint.
+            commit_first = validated is not None and plan.private
             if (
                 step % config.train.checkpoint_every_steps == 0
                 or step in (plan.num_steps, last_stop)

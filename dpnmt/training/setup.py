@@ -46,7 +46,7 @@ class RunPieces:
       split_stats: split -> `preprocess.SplitStats` (exact counts; private ones stay private).
       validation_is_private: whether validation was carved from the private train split.
       plan: the privacy plan (σ, q = L/N, T) the sampler, step and accountant read.
-      root_key: PRNG key from the public `config.seed` (init, dropout).
+      root_key: PRNG key from the public `config.seed` (init; dropout keys are secret).
       model, model_config: the flax module and its config.
       trainable, frozen: the initial parameters, split by `model.trainable`.
       tx, opt_state: the optimizer and its initial state.

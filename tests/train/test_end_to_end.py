@@ -3,6 +3,7 @@
 Small overrides of configs/tiny.py keep each run to well under a minute.
 """
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -10,6 +11,8 @@ import pathlib
 
 import chex
 import dp_accounting
+import jax
+import numpy as np
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
@@ -204,3 +207,38 @@ def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monk
     for step in published:
         position = events.index(("publish", step))
         assert ("save", step) in events[:position], events
+
+
+def test_dropout_keys_come_from_the_secret_seed(tmp_path, monkeypatch):
+    """An example's dropout key follows its row in the lot; adding an example
+    shifts the others' rows. Were the keys public (config.seed), their masks
+    would be known and the clipped sum would move by more than C; the keys
+    derive from the secret seed instead: the same public seed with another
+    secret seed gives other keys, the same secret seed the same keys."""
+    build_run = loop.build_run
+    keys = []
+
+    def recording_build_run(*args, **kwargs):
+        run = build_run(*args, **kwargs)
+        add = run.step_fns.add_microbatch
+
+        def recording_add(acc, trainable, frozen, micro, key):
+            keys.append(np.asarray(jax.random.key_data(key)))
+            return add(acc, trainable, frozen, micro, key)
+
+        step_fns = dataclasses.replace(run.step_fns, add_microbatch=recording_add)
+        return dataclasses.replace(run, step_fns=step_fns)
+
+    monkeypatch.setattr(loop, "build_run", recording_build_run)
+
+    def first_key(noise_seed, name):
+        config = small_config("eps8")
+        config.noise_seed = noise_seed
+        config.train.eval_every_steps = 0
+        keys.clear()
+        loop.train_and_evaluate(config, str(tmp_path / name), stop_after_steps=1)
+        return keys[0]
+
+    first, again, other = first_key(1, "first"), first_key(1, "again"), first_key(2, "other")
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
