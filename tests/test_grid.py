@@ -218,3 +218,17 @@ def test_sweep_cache_is_private_and_nojax_cache_turns_every_cache_off(tmp_path, 
     off = runner.child_env(str(tmp_path), jax_cache=False)
     assert "JAX_COMPILATION_CACHE_DIR" not in off
     assert compilation_cache.resolve("auto", off) is None
+
+
+def test_log_tails_of_an_older_sweep_json_move_to_private(tmp_path):
+    from dpnmt.sweeps import runner
+
+    manifest = {
+        "config": "c.py",
+        "overrides": [],
+        "runs": {"eps8-poisson/seed0": {"state": grid.FINISHED, "error_tail": "line 7: Ein Hund"}},
+    }
+    runner._move_old_error_tails(str(tmp_path), manifest)
+    assert "Ein Hund" not in (tmp_path / grid.MANIFEST_FILE).read_text()
+    tail = tmp_path / "eps8-poisson" / "seed0" / grid.ERROR_TAIL
+    assert tail.read_text() == "line 7: Ein Hund"

@@ -132,6 +132,7 @@ def run_sweep(
             f"{workdir} holds a sweep of --config={manifest['config']} with overrides "
             f"{manifest['overrides']}; use a new --workdir, or the same config and overrides."
         )
+    _move_old_error_tails(workdir, manifest)
     env = child_env(workdir, jax_cache)
     started = 0
     for spec in specs:
@@ -176,6 +177,20 @@ def run_sweep(
         grid.write_manifest(workdir, manifest)
     grid.write_manifest(workdir, manifest)
     return manifest
+
+
+def _move_old_error_tails(workdir: str, manifest: dict) -> None:
+    """Moves log tails that older releases kept in sweep.json to each run's private/."""
+    for name, record in manifest["runs"].items():
+        tail = record.pop("error_tail", None)
+        if tail is None:
+            continue
+        path = os.path.join(workdir, name, grid.ERROR_TAIL)
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(tail)
+    grid.write_manifest(workdir, manifest)
 
 
 def status_lines(manifest: dict, specs: list[grid.RunSpec], workdir: str) -> tuple[str, bool]:
