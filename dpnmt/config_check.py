@@ -507,11 +507,22 @@ def workdir_problems(
     if not os.access(existing, os.W_OK):
         return [f"--workdir={workdir} is not writable ({existing}); choose another folder."]
     if config is not None:  # config.json holds the published config (no noise seed).
-        changed = binding_changes(workdir, config_lib.published_config(config))
+        published = config_lib.published_config(config)
+        changed = binding_changes(workdir, published)
         if changed:
+            with open(os.path.join(workdir, CONFIG_FILE)) as f:
+                run = flatten(json.load(f))
+            now = flatten(json.loads(published.to_json_best_effort()))
+            differ = "; ".join(
+                f"{k}: run {run.get(k, '(absent)')!r}, now {now.get(k, '(absent)')!r}"
+                for k in changed
+            )
+            resume = " ".join(f"--config.{k}={run[k]}" for k in changed if k in run and k in now)
             return [
                 f"--workdir={workdir} holds a run with a different config (fields differ: "
-                f"{changed}); use a new --workdir, or the same values to resume."
+                f"{differ}); use a new --workdir, or resume with the run's values"
+                + (f": {resume}" if resume else "")
+                + "."
             ]
     return []
 

@@ -151,13 +151,14 @@ def test_rerun_with_the_fix_proceeds_and_a_vocabulary_binds_only_its_fields(tmp_
     with pytest.raises(_Stop):
         loop.train_and_evaluate(config, str(workdir))
     config.tokenizer.vocab_size *= 2  # It does: learning again would spend privacy again.
-    with pytest.raises(ConfigError, match=r"fields differ: \['tokenizer.vocab_size'\]"):
+    with pytest.raises(ConfigError, match=r"fields differ: tokenizer.vocab_size: run "):
         loop.train_and_evaluate(config, str(workdir))
     config.tokenizer.vocab_size //= 2
     # Once a session trained a step (its metrics may be out), every field binds.
     (workdir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 5, "epsilon": 0.1}\n')
     config.train.learning_rate *= 2
-    with pytest.raises(ConfigError, match=r"fields differ: \['train.learning_rate'\]"):
+    resume_hint = r"train.learning_rate: run .*resume with the run's values: --config.train"
+    with pytest.raises(ConfigError, match=rf"fields differ: {resume_hint}.learning_rate="):
         loop.train_and_evaluate(config, str(workdir))
 
 
