@@ -23,7 +23,13 @@ from dpnmt import config_lib, core, privacy
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
 from dpnmt.training import compilation_cache
-from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE
+from dpnmt.training.run_dir import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    METRICS_FILE,
+    PRIVATE_DIR,
+    TOKENIZER_FILE,
+)
 
 SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.sweeps.grid.MANIFEST_FILE (not imported: flags).
 
@@ -552,7 +558,33 @@ def raise_problems(problems: list[str]) -> None:
 
 def check_static(config: ml_collections.ConfigDict, workdir: str | None) -> None:
     """Raises every problem of `config` and `workdir` found without reading the corpus."""
-    raise_problems([*config_problems(config), *workdir_problems(workdir, config)])
+    raise_problems(
+        [
+            *config_problems(config),
+            *workdir_problems(workdir, config),
+            *cache_in_workdir_problems(config, workdir),
+        ]
+    )
+
+
+def cache_in_workdir_problems(config: ml_collections.ConfigDict, workdir: str | None) -> list[str]:
+    """A compilation cache inside the published workdir (outside its private/) is refused.
+
+    Which shapes compile can depend on private lot content (length buckets).
+    """
+    folder = compilation_cache.resolve(config.train.compilation_cache)
+    if not workdir or folder is None or compilation_cache.problems(config.train.compilation_cache):
+        return []
+    folder, root = os.path.realpath(folder), os.path.realpath(workdir)
+    private = os.path.join(root, PRIVATE_DIR)
+    inside = os.path.commonpath([folder, root]) == root
+    if inside and os.path.commonpath([folder, private]) != private:
+        return [
+            f"train.compilation_cache resolves to {folder}, inside --workdir={workdir} "
+            "(published): which shapes compile can depend on private lots; use a folder "
+            f"outside it or under its {PRIVATE_DIR}/."
+        ]
+    return []
 
 
 def kept_pairs(train, pair: str) -> int:

@@ -137,3 +137,20 @@ def test_profile_and_cache_do_not_bind_a_workdir(tmp_path):
     config.train.log_every_steps += 1
     with pytest.raises(ValueError, match=r"fields differ: train.log_every_steps: run "):
         folder.bind_config(config)
+
+
+def test_a_cache_inside_the_published_workdir_is_refused(tmp_path):
+    from dpnmt import config_check, config_lib
+
+    config = config_lib.base_config()
+    workdir = tmp_path / "run"
+    for folder, refused in (
+        (workdir / "cache", True),
+        (workdir / "private" / "cache", False),
+        (tmp_path / "elsewhere", False),
+    ):
+        config.train.compilation_cache = str(folder)
+        problems = config_check.cache_in_workdir_problems(config, str(workdir))
+        assert bool(problems) == refused, (folder, problems)
+        if refused:
+            assert "inside --workdir" in problems[0] and "private/" in problems[0]
