@@ -27,6 +27,8 @@ def _philox_key(rng: chex.Array) -> chex.Array:
         if str(jax.random.key_impl(rng)) != "threefry2x32":
             return rng
         data = jax.random.key_data(rng)
+    elif rng.shape != (2,):
+        return rng  # A raw key of another generator (jax_default_prng_impl).
     else:
         data = rng  # A raw uint32[2] Threefry key.
     return jax.random.wrap_key_data(data, impl=_PHILOX)
