@@ -4,23 +4,31 @@ One training step (gradient of the per-example token-mean losses, DP: clip,
 sum, noise once, SGD update) on T5-style models built from the same config in
 Flax (`dpnmt.models`) and in `transformers` (PyTorch). Per cell (model ×
 batch × sequence length), the JAX modes run in one subprocess and the PyTorch
-modes in another, taking turns step by step, so that machine load hits all
-modes alike and the ratios compare steps taken side by side; each mode's peak
-RSS comes from a separate one-step subprocess of its own.
+modes in another, both alive at once and taking turns step by step (all modes
+of all processes in a round), so that machine load hits all modes alike and
+every ratio, JAX/PyTorch included, compares steps taken side by side; each
+mode's peak RSS comes from a separate one-step subprocess of its own.
+`--baseline_tree` adds the JAX modes once more, run with `dpnmt` imported from
+another checkout (e.g. `git worktree add /tmp/base main`), in their own
+process taking turns with the others: a before/after in one run.
 
     python -m benchmarks.dp_step                      # tiny, batch 8/32, seq 32
     python -m benchmarks.dp_step --models=tiny,t5-small --batch_sizes=8,32,128 \
         --seq_lens=32,64,128 --json=/tmp/dp_step.json --capacity_mib=8192
+    python -m benchmarks.dp_step --models=tiny --batch_sizes=32 --modes=jax,ghost,torch \
+        --baseline_tree=/tmp/base                     # also jax@base, ghost@base
 
 Printed per cell: median step time, examples/s, tokens/s (source + target),
 peak RSS, and for JAX modes XLA's compiled temporary memory; then the ratios
-DP/non-private and ours (ghost) / Opacus. `--capacity_mib` adds, per JAX mode,
+DP/non-private, JAX/PyTorch, ours (ghost) / Opacus, and with `--baseline_tree`
+each JAX mode / the same mode from the baseline checkout. `--capacity_mib` adds, per JAX mode,
 the largest physical batch (doubling from 8) whose peak RSS stays under the cap.
 A cell that exceeds `--timeout_s` or fails is reported as skipped, with why.
 """
 
 import json
 import os
+import pathlib
 import resource
 import statistics
 import subprocess
@@ -47,7 +55,14 @@ _CAPACITY = flags.DEFINE_integer(
 )
 _CAPACITY_MODES = flags.DEFINE_list("capacity_modes", ["jax", "vmap", "ghost"], "Modes searched.")
 _CAPACITY_MAX = flags.DEFINE_integer("capacity_max_batch", 512, "Largest batch tried.")
+_BASELINE = flags.DEFINE_string(
+    "baseline_tree",
+    None,
+    "Another checkout of dpnmt: its JAX modes run too, named '<mode>@base' (before/after).",
+)
 _WORKER = flags.DEFINE_string("worker", None, "Internal: run one cell, 'model:batch:seq:mode'.")
+_SERVE = flags.DEFINE_bool("serve", False, "Internal: the worker times one step per stdin line.")
+_BASE = "@base"
 
 # T5 layout with ReLU feed-forward, UNTIED LM head and a FROZEN relative attention
 # bias in every mode: Opacus' ghost clipping refuses tied parameters, and its
@@ -240,30 +255,58 @@ def _opacus_optimizer_args(wrapped, batch: int) -> dict:
     )
 
 
-def _worker(cell: str, steps: int) -> None:
+def _build(cell: str) -> tuple[dict, dict]:
     model_name, batch, seq, modes = cell.split(":")
     runs, results = {}, {}
     for mode in modes.split(","):
         fn = _torch_cell if mode.startswith(("torch", "opacus")) else _jax_cell
         runs[mode], results[mode] = fn(model_name, int(batch), int(seq), mode)
+    return runs, results
+
+
+def _worker(cell: str, steps: int) -> None:
+    """Times the cell's modes taking turns in this process (the one-step RSS runs)."""
+    runs, results = _build(cell)
     for mode, times in _time_interleaved(runs, steps).items():
         results[mode]["times"] = times
     print("RESULT " + json.dumps({"modes": results, "peak_rss_mib": _peak_rss_mib()}))
 
 
+def _serve(cell: str) -> None:
+    """Builds and warms up the cell's modes, then times one step per `step MODE` line."""
+    import dpnmt
+
+    runs, results = _build(cell)
+    for run in runs.values():
+        for _ in range(2):  # Compile and warm up.
+            run()
+    print("READY", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "done":
+            break
+        mode = line.split()[1]
+        start = time.perf_counter()
+        runs[mode]()
+        print(f"TIME {time.perf_counter() - start!r}", flush=True)
+    print("RESULT " + json.dumps({"modes": results, "dpnmt": dpnmt.__file__}), flush=True)
+
+
+def _command(cell: str, tree: str, *extra: str) -> tuple[list[str], dict]:
+    """A worker's command and environment, importing `dpnmt` from `tree`."""
+    script = str(pathlib.Path(__file__).resolve())
+    command = [sys.executable, script, f"--worker={cell}", *extra]
+    path = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")])
+    return command, dict(os.environ, PYTHONPATH=path)
+
+
 def _subprocess(model_name: str, batch: int, seq: int, modes: list[str], steps: int):
     """Runs one worker; its parsed result, or the reason it gave none."""
-    cell = f"{model_name}:{batch}:{seq}:{','.join(modes)}"
-    command = [sys.executable, "-m", "benchmarks.dp_step", f"--worker={cell}", f"--steps={steps}"]
-    path = os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    tree = _BASELINE.value if modes[0].endswith(_BASE) else os.getcwd()
+    cell = f"{model_name}:{batch}:{seq}:{','.join(m.removesuffix(_BASE) for m in modes)}"
+    command, env = _command(cell, tree, f"--steps={steps}")
     try:
         done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT.value,
-            env=dict(os.environ, PYTHONPATH=path),
-            check=False,
+            command, capture_output=True, text=True, timeout=_TIMEOUT.value, env=env, check=False
         )
     except subprocess.TimeoutExpired:
         return None, f"over --timeout_s={_TIMEOUT.value}"
@@ -271,31 +314,100 @@ def _subprocess(model_name: str, batch: int, seq: int, modes: list[str], steps: 
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"exit {done.returncode}: {tail[:200]}"
-    return json.loads(lines[-1][len("RESULT ") :]), None
+    result = json.loads(lines[-1][len("RESULT ") :])
+    result["modes"] = {mode: result["modes"][mode.removesuffix(_BASE)] for mode in modes}
+    return result, None
+
+
+class _Server:
+    """A `--serve` worker process for one group of modes (one framework, one checkout)."""
+
+    def __init__(self, model_name: str, batch: int, seq: int, modes: list[str]):
+        self.modes = modes
+        tree = _BASELINE.value if modes[0].endswith(_BASE) else os.getcwd()
+        cell = f"{model_name}:{batch}:{seq}:{','.join(m.removesuffix(_BASE) for m in modes)}"
+        command, env = _command(cell, tree, "--serve")
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.error = None
+
+    def _line(self, prefix: str) -> str:
+        for line in self.process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        self.error = f"exit {self.process.wait()} before {prefix.strip()}"
+        raise RuntimeError(self.error)
+
+    def ready(self) -> None:
+        self._line("READY")
+
+    def step(self, mode: str) -> float:
+        self.process.stdin.write(f"step {mode.removesuffix(_BASE)}\n")
+        self.process.stdin.flush()
+        return float(self._line("TIME "))
+
+    def finish(self) -> dict:
+        self.process.stdin.write("done\n")
+        self.process.stdin.flush()
+        result = json.loads(self._line("RESULT "))
+        self.process.wait()
+        return {mode: result["modes"][mode.removesuffix(_BASE)] for mode in self.modes}
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def _time_lockstep(model_name: str, batch: int, seq: int, groups: list[list[str]], steps: int):
+    """Per mode: its results and step times, all groups' processes taking turns; or why not."""
+    servers = [_Server(model_name, batch, seq, group) for group in groups]
+    deadline = time.monotonic() + _TIMEOUT.value
+    try:
+        for server in servers:
+            server.ready()
+        times = {mode: [] for group in groups for mode in group}
+        for _ in range(steps):
+            for server in servers:
+                for mode in server.modes:
+                    times[mode].append(server.step(mode))
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"over --timeout_s={_TIMEOUT.value}")
+        results = {}
+        for server in servers:
+            results.update(server.finish())
+        for mode in results:
+            results[mode]["times"] = times[mode]
+        return results, None
+    except RuntimeError as error:
+        return None, str(error)
+    finally:
+        for server in servers:
+            server.kill()
 
 
 def _run_cell(model_name: str, batch: int, seq: int, modes: list[str], steps: int) -> list[dict]:
-    """Times the modes interleaved (one process per framework), then each mode's peak RSS alone."""
+    """Times the modes in lockstep (one process per framework), then each mode's peak RSS alone."""
+    if _BASELINE.value:
+        modes = modes + [m + _BASE for m in modes if not m.startswith(("torch", "opacus"))]
     rows = {mode: {"model": model_name, "batch": batch, "seq": seq, "mode": mode} for mode in modes}
-    frameworks = (
-        [m for m in modes if not m.startswith(("torch", "opacus"))],
+    groups = [
+        [m for m in modes if not m.startswith(("torch", "opacus")) and not m.endswith(_BASE)],
+        [m for m in modes if m.endswith(_BASE)],
         [m for m in modes if m.startswith(("torch", "opacus"))],
-    )
-    for group in frameworks:
-        if not group:
+    ]
+    groups = [group for group in groups if group]
+    result, why = _time_lockstep(model_name, batch, seq, groups, steps)
+    for mode in modes:
+        if result is None:
+            rows[mode]["skipped"] = why
             continue
-        result, why = _subprocess(model_name, batch, seq, group, steps)
-        for mode in group:
-            if result is None:
-                rows[mode]["skipped"] = why
-                continue
-            median = statistics.median(result["modes"][mode].pop("times"))
-            rows[mode].update(result["modes"][mode])
-            rows[mode].update(
-                median_s=median,
-                examples_per_s=batch / median,
-                tokens_per_s=2 * batch * seq / median,
-            )
+        median = statistics.median(result[mode].pop("times"))
+        rows[mode].update(result[mode])
+        rows[mode].update(
+            median_s=median, examples_per_s=batch / median, tokens_per_s=2 * batch * seq / median
+        )
     for mode in modes:
         if "skipped" in rows[mode]:
             continue
@@ -323,6 +435,15 @@ def _ratios(rows: list[dict]) -> list[dict]:
                     entry[f"{dp}/jax rss"] = rss
                 temp = modes[dp]["xla_temp_mib"] / modes[base]["xla_temp_mib"]
                 entry[f"{dp}/jax xla temp"] = temp
+        if "jax" in modes and "torch" in modes:
+            entry["jax/torch time"] = modes["jax"]["median_s"] / modes["torch"]["median_s"]
+        for mode in [m for m in modes if m.endswith(_BASE)]:
+            new = mode.removesuffix(_BASE)
+            if new in modes:
+                entry[f"{new}/{mode} time"] = modes[new]["median_s"] / modes[mode]["median_s"]
+                if modes[new]["peak_rss_mib"] and modes[mode]["peak_rss_mib"]:
+                    rss = modes[new]["peak_rss_mib"] / modes[mode]["peak_rss_mib"]
+                    entry[f"{new}/{mode} rss"] = rss
         opacus = [m for m in modes if m.startswith("opacus")]
         if opacus and "torch" in modes:
             best = min(opacus, key=lambda m: modes[m]["median_s"])
@@ -385,7 +506,10 @@ def _print_table(rows: list[dict], ratios: list[dict], capacity: list[dict]) -> 
 def main(argv):
     del argv
     if _WORKER.value:
-        _worker(_WORKER.value, _STEPS.value)
+        if _SERVE.value:
+            _serve(_WORKER.value)
+        else:
+            _worker(_WORKER.value, _STEPS.value)
         return
     rows = []
     for model_name in _MODELS.value:
