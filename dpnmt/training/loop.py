@@ -114,6 +114,13 @@ def train_and_evaluate(
         config.train.physical_batch_size,
         pad_values=run.train_examples.pad_values,
         rows_from=run.train_examples,
+        # Shapes per lot depend on its rows, like the micro-batch count: never logged.
+        length_buckets=bridge.resolve_length_buckets(
+            config.data.length_buckets,
+            config.data.max_source_length,
+            config.data.max_target_length,
+            lengths_known=hasattr(run.train_examples, "lengths"),
+        ),
     )
     last_stop = (
         plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
