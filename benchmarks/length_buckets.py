@@ -4,14 +4,15 @@ Builds a run of `configs/multi30k.py:eps8` (its corpus, DP-SentencePiece
 vocabulary, Poisson lots and DP lot step; a smaller model unless
 `--model=config`), then feeds the same lots through the trainer's pipeline
 (`bridge.device_lots`) and step (`add_microbatch` per micro-batch, then the
-noisy release) twice: every micro-batch padded to the max lengths, and
-grouped into length buckets. The two modes alternate lot by lot (ABBA), so
-machine load hits both alike; every bucket shape is compiled before timing.
+noisy release) once per mode: every micro-batch padded to the max lengths,
+and grouped into length buckets ("auto" and the config's, or each
+`--buckets`). The modes take turns lot by lot (ABC CBA ...), so machine load
+hits all alike; every shape is compiled before timing.
 It prints examples/s, the mean padded tokens per row, and the speed-up.
 A benchmark, never a timed test; the fixed seed is for this measurement only.
 
 Run: DPNMT_DATA_DIR=../shared/data python -m benchmarks.length_buckets [--lots=10]
-  [--buckets=auto] [--model=config]
+  [--buckets=auto --buckets=24,32,40,48] [--model=config]
 """
 
 import argparse
@@ -24,6 +25,7 @@ import numpy as np
 
 from configs import multi30k
 from dpnmt import bridge, core
+from dpnmt.bridge import buckets as bucket_lengths
 from dpnmt.bridge.dataset import INPUT_IDS, LABELS
 from dpnmt.training import setup
 
@@ -36,8 +38,6 @@ def _config(args):
         config.model.update(SMALL_MODEL)
     config.train.expected_lot_size = args.lot_size
     config.dp.target_epsilon, config.dp.noise_multiplier = None, 1.0  # σ does not change cost.
-    if args.buckets is not None:
-        config.data.length_buckets = args.buckets
     config.noise_seed = 0  # This benchmark only: no privacy is claimed.
     config.testing_only_fixed_noise_seed_NO_PRIVACY = True
     return config
@@ -86,7 +86,9 @@ def main():
     parser.add_argument("--lot_size", type=int, default=256, help="L, expected rows per lot.")
     parser.add_argument("--model", choices=["small", "config"], default="small")
     parser.add_argument(
-        "--buckets", default=None, help="data.length_buckets when on (default: the config's)."
+        "--buckets",
+        action="append",
+        help="data.length_buckets to time, repeatable (default: auto and the config's).",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -94,22 +96,23 @@ def main():
     config = _config(args)
     with tempfile.TemporaryDirectory() as workdir:
         run = setup.build_run(config, workdir)
-    buckets = bridge.resolve_length_buckets(
-        config.data.length_buckets,
-        config.data.max_source_length,
-        config.data.max_target_length,
-        lengths_known=True,
-    )
-    if buckets is None:
-        raise SystemExit("--buckets gave no buckets; pass e.g. auto or 16,32,48.")
     full_shape = (config.data.max_source_length, config.data.max_target_length)
-    modes = {"max lengths": None, f"buckets {list(buckets.shapes)}": buckets}
+    modes = {"max lengths": None}
+    for spec in dict.fromkeys(args.buckets or (bucket_lengths.AUTO, config.data.length_buckets)):
+        buckets = bridge.resolve_length_buckets(spec, *full_shape, lengths_known=True)
+        if buckets is None:
+            raise SystemExit(f"--buckets={spec} gives no buckets; pass e.g. auto or 16,32,48.")
+        lengths = ",".join(str(max(shape)) for shape in buckets.shapes)
+        modes[f"buckets {spec}" + (f" ({lengths})" if lengths != spec else "")] = buckets
+    shapes = dict.fromkeys(
+        [shape for buckets in modes.values() if buckets for shape in buckets.shapes] + [full_shape]
+    )
     trainable, frozen = jax.device_put(
         (run.trainable, run.frozen), bridge.replicated_sharding(run.mesh)
     )
     key = jax.random.key(0)
     compile_start = time.perf_counter()
-    for shape in dict.fromkeys((*buckets.shapes, full_shape)):
+    for shape in shapes:
         # The accumulator placed as the loop places it (one compile per shape).
         acc = jax.device_put(core.init_accumulator(trainable), bridge.replicated_sharding(run.mesh))
         acc, _ = run.step_fns.add_microbatch(
@@ -122,7 +125,7 @@ def main():
     lots = iter(run.lots)
     for number in range(args.lots):
         lot = next(lots)
-        order = list(modes) if number % 2 == 0 else list(modes)[::-1]
+        order = list(modes) if number % 2 == 0 else list(modes)[::-1]  # ABC CBA ...
         for mode in order:
             seconds, tokens, count = _lot_seconds(run, lot, modes[mode], trainable, frozen, key)
             total = totals[mode]
@@ -138,7 +141,7 @@ def main():
         f"Multi30K de-en, configs/multi30k.py:eps8, model {model}, "
         f"L={args.lot_size}, b={config.train.physical_batch_size}, {args.lots} lots per mode "
         f"(alternating), {jax.device_count()} {jax.devices()[0].platform} device(s); "
-        f"compiling {len(buckets.shapes) + 1} shapes took {compile_s:.0f} s (not timed below)."
+        f"compiling {len(shapes)} shapes took {compile_s:.0f} s (not timed below)."
     )
     print("| mode | examples/s | s/lot | padded tokens per row (source + target) |")
     print("|---|---|---|---|")
@@ -149,8 +152,9 @@ def main():
             f"| {mode} | {rates[mode]:.1f} | {seconds / args.lots:.2f} | "
             f"{tokens / max(rows, 1):.1f} |"
         )
-    plain, bucketed = rates.values()
-    print(f"Speed-up with buckets: {bucketed / plain:.2f}x")
+    plain = rates.pop("max lengths")
+    for mode, rate in rates.items():
+        print(f"Speed-up with {mode}: {rate / plain:.2f}x")
 
 
 if __name__ == "__main__":
