@@ -20,6 +20,7 @@ import jax
 import ml_collections
 
 from dpnmt import config_lib, core, privacy
+from dpnmt.bridge import buckets as length_buckets
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
 from dpnmt.training import compilation_cache
@@ -77,7 +78,9 @@ VOCABULARY_FIELDS = (
 )
 # Fields a resumed run may change: they change how, not what, it trains (the
 # examples, N, lots and noise are the same).
-NOT_BINDING_FIELDS = frozenset({"data.tokenize_train", "train.profile", "train.compilation_cache"})
+NOT_BINDING_FIELDS = frozenset(
+    {"data.tokenize_train", "data.length_buckets", "train.profile", "train.compilation_cache"}
+)
 
 
 def _get(config: ml_collections.ConfigDict, field: str) -> Any:
@@ -381,6 +384,28 @@ def _data_problems(config) -> list[str]:
     return problems
 
 
+def _length_bucket_problems(config) -> list[str]:
+    spec = config.data.length_buckets
+    max_source, max_target = config.data.max_source_length, config.data.max_target_length
+    if not (isinstance(max_source, int) and isinstance(max_target, int)):
+        return []  # Reported by the ranges.
+    try:
+        lengths = length_buckets.parse_lengths(spec, max_source, max_target)
+    except ValueError as error:
+        return [str(error)]
+    mode = config.data.tokenize_train
+    per_lot = mode == "per_lot" or (mode == "auto" and jax.process_count() > 1)
+    if lengths and per_lot and spec.strip().lower() != length_buckets.AUTO:
+        return [
+            f"data.length_buckets={spec!r} needs every row's lengths before its lot is "
+            f"fetched, but the train split is tokenized per lot (data.tokenize_train={mode!r}"
+            f"{' on several processes' if mode == 'auto' else ''}); set "
+            "data.tokenize_train='upfront' (every process tokenizes the whole split) or "
+            "data.length_buckets='none'."
+        ]
+    return []
+
+
 def _privacy_problems(config) -> list[str]:
     if not config.dp.enabled:
         return []
@@ -425,6 +450,7 @@ def config_problems(
         *_model_problems(config),
         *_finetune_problems(config),
         *_data_problems(config),
+        *_length_bucket_problems(config),
         *_device_problems(config, device_count),
         *compilation_cache.problems(config.train.compilation_cache),
     ]

@@ -86,6 +86,12 @@ def base_config() -> ml_collections.ConfigDict:
     # Train split: upfront (once, exact truncation counts) | per_lot (each process
     # tokenizes only the rows it feeds). Same ids, N and lots either way.
     c.data.tokenize_train = "auto"  # auto: per_lot on several processes, else upfront.
+    # Length buckets: each micro-batch is padded to the smallest of these joint
+    # lengths (capped per side at the max lengths) that fits its longest row, rows
+    # grouped by length within a lot; one compile per bucket. auto: 1/4, 1/2, 3/4
+    # of the longer max length (rounded up to 8) and the max (off when the train
+    # split is tokenized per lot) | none | ascending counts, e.g. "16,32,64".
+    c.data.length_buckets = "auto"  # Micro-batch lengths (above).
 
     c.tokenizer = ml_collections.ConfigDict()
     # auto: pretrained when model.name_or_path is set, else dp_sentencepiece |

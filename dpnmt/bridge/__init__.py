@@ -7,9 +7,15 @@ Data flow: `TokenizedExamples` (torch Dataset view) -> `PoissonLots` or
 `Prefetcher` runs the host part in a background thread; `device_lots` chains
 split, shard and prefetch. With `IndexOnly` lots, each process fetches only the
 rows its devices hold (`shard_fetched_microbatch`); over `TokenizedOnDemand`
-it also tokenizes only those rows.
+it also tokenizes only those rows. `LengthBuckets` (optional) group a lot's
+rows by length and crop each micro-batch to the smallest static shape that fits.
 """
 
+from dpnmt.bridge.buckets import (
+    LengthBuckets,
+    padding_microbatches,
+    resolve_length_buckets,
+)
 from dpnmt.bridge.dataset import TokenizedExamples, TokenizedOnDemand
 from dpnmt.bridge.lots import (
     Lot,
@@ -40,6 +46,8 @@ __all__ = [
     "PADDING_INDEX",
     "IndexOnly",
     "Lot",
+    "LengthBuckets",
+    "padding_microbatches",
     "LotCollator",
     "LotSource",
     "PoissonLots",
@@ -53,6 +61,7 @@ __all__ = [
     "lot_sampling_rate",
     "make_data_mesh",
     "replicated_sharding",
+    "resolve_length_buckets",
     "shard_fetched_microbatch",
     "shard_microbatch",
     "to_microbatches",

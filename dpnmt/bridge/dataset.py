@@ -160,6 +160,11 @@ class TokenizedExamples(torch.utils.data.Dataset):
             (self._labels[rows], self._label_length[rows]),
         )
 
+    def lengths(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """`([n] source, [n] target)` token counts of rows `indices` (for length buckets)."""
+        rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return self._input_length[rows], self._label_length[rows]
+
     def field_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Per-example shape and dtype of every field except `index`."""
         return _field_specs(self._input_ids.shape[1], self._labels.shape[1])

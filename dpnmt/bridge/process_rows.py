@@ -16,6 +16,7 @@ import numpy as np
 import torch.utils.data
 from jax.sharding import Mesh
 
+from dpnmt.bridge.buckets import crop_to_shape
 from dpnmt.bridge.dataset import INDEX, ExampleBlock
 from dpnmt.bridge.microbatch import EXAMPLE_INDEX, MASK
 from dpnmt.bridge.sharding import local_rows, place_local_rows
@@ -56,6 +57,7 @@ def shard_fetched_microbatch(
     mesh: Mesh,
     dataset: torch.utils.data.Dataset,
     pad_values: Mapping[str, int | float] | None = None,
+    bucket_shape: tuple[int, int] | None = None,
 ) -> dict[str, jax.Array]:
     """Fetches this process's rows of an index-only micro-batch and shards them.
 
@@ -66,15 +68,18 @@ def shard_fetched_microbatch(
       dataset: the real examples: `__getitems__` returning an `ExampleBlock`
         and `field_specs()` (e.g. `TokenizedExamples`).
       pad_values: fill value per field for padding rows (default 0).
+      bucket_shape: `(source, target)` tokens to crop the token fields to (its length
+        bucket, `buckets.crop_to_shape`); None keeps the dataset's max lengths.
+        Every process must pass the same shape.
 
     Returns:
       Field name -> global `[b, ...]` `jax.Array` sharded `P('data')`: every
       dataset field, `mask` and `example_index`, as `shard_microbatch` gives
-      for the fully loaded micro-batch.
+      for the fully loaded micro-batch (cropped to `bucket_shape`).
 
     Raises:
-      ValueError: b is not a multiple of the devices, or a row is marked real
-        but has no valid index.
+      ValueError: b is not a multiple of the devices, a row is marked real
+        but has no valid index, or a row is longer than `bucket_shape`.
     """
     mask, indices = microbatch[MASK], microbatch[EXAMPLE_INDEX]
     physical_batch_size = mask.shape[0]
@@ -90,4 +95,6 @@ def shard_fetched_microbatch(
         values = np.full((local_mask.shape[0], *shape), pad_values.get(name, 0), dtype=dtype)
         values[real] = block.fields[name]
         local[name] = values
+    if bucket_shape is not None:
+        local = crop_to_shape(local, bucket_shape)
     return place_local_rows(local, mesh, physical_batch_size)

@@ -119,6 +119,15 @@ def train_and_evaluate(
     start_step = state.step
     started = time.time()
     rates = RateWindow(start_step, started)
+    buckets = bridge.resolve_length_buckets(
+        config.data.length_buckets,
+        config.data.max_source_length,
+        config.data.max_target_length,
+        lengths_known=hasattr(run.train_examples, "lengths"),
+    )
+    if buckets is not None:
+        with timer.phase("start-up: compile every length bucket"):
+            _compile_buckets(run, buckets, state.trainable, frozen, dropout_base)
     # Host side (sampling, micro-batching, sharding) runs a lot ahead in a thread.
     prefetched = bridge.device_lots(
         run.lots,
@@ -126,7 +135,12 @@ def train_and_evaluate(
         config.train.physical_batch_size,
         pad_values=run.train_examples.pad_values,
         rows_from=run.train_examples,
+        # Shapes per lot depend on its rows, like the micro-batch count: never logged.
+        length_buckets=buckets,
     )
+    # On a CPU forced to several devices, one multi-device program at a time:
+    # with many queued, a collective once never completed (WORKSPACE.md, CI).
+    one_at_a_time = jax.default_backend() == "cpu" and run.mesh.devices.size > 1
     last_stop = (
         plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
     )
@@ -144,6 +158,8 @@ def train_and_evaluate(
                 acc, micro_loss = run.step_fns.add_microbatch(
                     acc, state.trainable, frozen, micro, key
                 )
+                if one_at_a_time:
+                    jax.block_until_ready(acc)
                 loss_sum = loss_sum + micro_loss
             # The lot's mean loss, divided on device by its (private) size.
             train_loss = loss_sum / jnp.maximum(acc.num_examples, 1)
@@ -217,6 +233,26 @@ def train_and_evaluate(
         "Test: %s  Privacy: %s", json_dumps(results["test"]), json_dumps(results["privacy"])
     )
     return results
+
+
+def _compile_buckets(run: RunPieces, buckets, trainable, frozen, dropout_base) -> None:
+    """Runs the micro-batch step once per bucket shape on padding rows (no data).
+
+    Every shape then compiles before the first lot, so which shapes compiled,
+    and when, says nothing about the lots (see `bridge.padding_microbatches`).
+    """
+    replicated = bridge.replicated_sharding(run.mesh)
+    for micro in bridge.padding_microbatches(
+        buckets,
+        run.train_examples.field_specs(),
+        run.config.train.physical_batch_size,
+        run.train_examples.pad_values,
+    ):
+        throwaway = jax.device_put(core.init_accumulator(trainable), replicated)
+        out = run.step_fns.add_microbatch(
+            throwaway, trainable, frozen, bridge.shard_microbatch(micro, run.mesh), dropout_base
+        )
+        jax.block_until_ready(out)
 
 
 def _write_profile(run: RunPieces, timer: PhaseTimer) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
+from dpnmt import bridge
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import loop
 from tests.markers import needs_data
@@ -209,36 +210,50 @@ def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monk
         assert ("save", step) in events[:position], events
 
 
-def test_dropout_keys_come_from_the_secret_seed(tmp_path, monkeypatch):
+def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_path, monkeypatch):
     """An example's dropout key follows its row in the lot; adding an example
     shifts the others' rows. Were the keys public (config.seed), their masks
     would be known and the clipped sum would move by more than C; the keys
     derive from the secret seed instead: the same public seed with another
-    secret seed gives other keys, the same secret seed the same keys."""
+    secret seed gives other keys.
+    And every length bucket runs once on padding before the first lot, so
+    which shapes compile (and when) does not depend on the lots."""
     build_run = loop.build_run
-    keys = []
+    calls = []
 
     def recording_build_run(*args, **kwargs):
         run = build_run(*args, **kwargs)
         add = run.step_fns.add_microbatch
 
         def recording_add(acc, trainable, frozen, micro, key):
-            keys.append(np.asarray(jax.random.key_data(key)))
+            shape = (micro["input_ids"].shape[1], micro["labels"].shape[1])
+            real = float(np.asarray(micro["mask"]).sum())
+            calls.append((shape, real, np.asarray(jax.random.key_data(key))))
             return add(acc, trainable, frozen, micro, key)
 
         step_fns = dataclasses.replace(run.step_fns, add_microbatch=recording_add)
         return dataclasses.replace(run, step_fns=step_fns)
 
     monkeypatch.setattr(loop, "build_run", recording_build_run)
+    config = small_config("eps8")
+    config.train.eval_every_steps = 0
+    buckets = bridge.resolve_length_buckets(
+        config.data.length_buckets,
+        config.data.max_source_length,
+        config.data.max_target_length,
+        lengths_known=True,
+    )
+    warmup = len(buckets.shapes)
+    assert warmup > 1
 
-    def first_key(noise_seed, name):
-        config = small_config("eps8")
+    def first_lot_key(noise_seed, name):
         config.noise_seed = noise_seed
-        config.train.eval_every_steps = 0
-        keys.clear()
+        calls.clear()
         loop.train_and_evaluate(config, str(tmp_path / name), stop_after_steps=1)
-        return keys[0]
+        assert [shape for shape, _, _ in calls[:warmup]] == list(buckets.shapes)
+        assert all(real == 0 for _, real, _ in calls[:warmup])  # Padding only.
+        assert calls[warmup][1] > 0  # Then the first lot's real rows.
+        return calls[warmup][2]
 
-    first, again, other = first_key(1, "first"), first_key(1, "again"), first_key(2, "other")
-    np.testing.assert_array_equal(first, again)
-    assert not np.array_equal(first, other)
+    # Same secret seed, same keys: the resume tests above (bit-identical runs).
+    assert not np.array_equal(first_lot_key(1, "first"), first_lot_key(2, "other"))

@@ -65,6 +65,8 @@ BAD_FIELDS = [
     ("train.num_epochs", 0, ">= 1"),
     ("train.log_every_steps", 0, ">= 1"),
     ("data.max_source_length", 0, ">= 1"),
+    ("data.length_buckets", "16,32", "end the list with 64"),
+    ("data.length_buckets", "32,16,64", "strictly ascending"),
     ("train.physical_batch_size", 12, "multiple of the 8 devices"),
     ("data.bsd_train_split", "dev", "does not use it"),
     ("model.name_or_path", "./no/such/model", "no such folder"),
