@@ -37,6 +37,8 @@ import time
 
 from absl import app, flags
 
+from benchmarks.timing import time_interleaved
+
 _MODELS = flags.DEFINE_list("models", ["tiny"], "Model configs: tiny, t5-small.")
 _BATCHES = flags.DEFINE_list("batch_sizes", ["8", "32"], "Physical batch sizes.")
 _SEQS = flags.DEFINE_list("seq_lens", ["32"], "Source = target lengths (tokens).")
@@ -78,20 +80,6 @@ L2_CLIP, SIGMA, LEARNING_RATE, DROPOUT = 1.0, 1.0, 1e-3, 0.1
 
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _time_interleaved(runs: dict, steps: int) -> dict[str, list[float]]:
-    """Step times per mode, the modes taking turns so that load hits all alike."""
-    for run in runs.values():
-        for _ in range(2):  # Compile and warm up.
-            run()
-    times = {mode: [] for mode in runs}
-    for _ in range(steps):
-        for mode, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[mode].append(time.perf_counter() - start)
-    return times
 
 
 def _jax_cell(model_name: str, batch: int, seq: int, mode: str):
@@ -267,7 +255,7 @@ def _build(cell: str) -> tuple[dict, dict]:
 def _worker(cell: str, steps: int) -> None:
     """Times the cell's modes taking turns in this process (the one-step RSS runs)."""
     runs, results = _build(cell)
-    for mode, times in _time_interleaved(runs, steps).items():
+    for mode, times in time_interleaved(runs, steps).items():
         results[mode]["times"] = times
     print("RESULT " + json.dumps({"modes": results, "peak_rss_mib": _peak_rss_mib()}))
 

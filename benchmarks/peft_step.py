@@ -21,9 +21,10 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 
 from absl import app, flags
+
+from benchmarks.timing import time_interleaved
 
 _MODES = flags.DEFINE_list("modes", ["full", "lora", "bias"], "full | lora | bias.")
 _BATCH = flags.DEFINE_integer("batch", 32, "Rows per micro-batch (= lot).")
@@ -135,15 +136,7 @@ def _worker(modes: list[str], steps: int) -> None:
     runs, results = {}, {}
     for mode in modes:
         runs[mode], results[mode] = _cell(mode)
-    for run in runs.values():
-        for _ in range(2):  # Compile and warm up.
-            run()
-    times = {mode: [] for mode in runs}
-    for _ in range(steps):
-        for mode, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[mode].append(time.perf_counter() - start)
+    times = time_interleaved(runs, steps)
     for mode in modes:
         results[mode]["median_s"] = statistics.median(times[mode])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -96,3 +96,14 @@ def padded_batch(seed: int, batch: int, src_len: int, tgt_len: int):
         dec_mask[row, rng.integers(2, tgt_len) :] = 0
     ids = np.where(mask == 1, ids, 0)
     return ids, mask, dec, dec_mask
+
+
+def hf_logits(hf: torch.nn.Module, ids, mask, dec, dec_mask) -> np.ndarray:
+    """transformers' logits `[B, T, V]` for a `padded_batch` (no gradients)."""
+    with torch.no_grad():
+        return hf(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            decoder_input_ids=torch.tensor(dec),
+            decoder_attention_mask=torch.tensor(dec_mask),
+        ).logits.numpy()

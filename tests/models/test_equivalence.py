@@ -19,13 +19,7 @@ def test_logits_match_pytorch_on_padded_batch(kind):
     config, model, params = hf_models.convert_model(hf)
     assert config.tie_word_embeddings == (kind in ("t5_v1", "mbart"))
     ids, mask, dec, dec_mask = hf_models.padded_batch(seed=1, batch=4, src_len=30, tgt_len=25)
-    with torch.no_grad():
-        expected = hf(
-            input_ids=torch.tensor(ids),
-            attention_mask=torch.tensor(mask),
-            decoder_input_ids=torch.tensor(dec),
-            decoder_attention_mask=torch.tensor(dec_mask),
-        ).logits.numpy()
+    expected = hf_models.hf_logits(hf, ids, mask, dec, dec_mask)
     logits = jax.jit(model.apply)(
         {"params": params},
         jnp.asarray(ids),

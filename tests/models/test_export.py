@@ -30,13 +30,7 @@ def test_export_matches_dpnmt_and_reloads(kind, tmp_path):
         p.name for p in (tmp_path / "plain").iterdir()
     }
     ids, mask, dec, dec_mask = hf_models.padded_batch(seed=5, batch=4, src_len=12, tgt_len=6)
-    with torch.no_grad():
-        expected = hf(
-            input_ids=torch.tensor(ids),
-            attention_mask=torch.tensor(mask),
-            decoder_input_ids=torch.tensor(dec),
-            decoder_attention_mask=torch.tensor(dec_mask),
-        ).logits.numpy()
+    expected = hf_models.hf_logits(hf, ids, mask, dec, dec_mask)
     logits = model.apply({"params": params}, *map(jnp.asarray, (ids, mask, dec, dec_mask)))
     np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-4, rtol=0)
 

@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 import transformers
 
 from dpnmt import core, models, training
@@ -143,13 +142,7 @@ def test_export_merges_adapters_and_transformers_gives_the_same_logits(kind, tmp
     export.save_pretrained(params, config, str(tmp_path))
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path)).eval()
     ids, mask, dec, dec_mask = hf_models.padded_batch(seed=5, batch=4, src_len=12, tgt_len=6)
-    with torch.no_grad():
-        expected = hf(
-            input_ids=torch.tensor(ids),
-            attention_mask=torch.tensor(mask),
-            decoder_input_ids=torch.tensor(dec),
-            decoder_attention_mask=torch.tensor(dec_mask),
-        ).logits.numpy()
+    expected = hf_models.hf_logits(hf, ids, mask, dec, dec_mask)
     logits = model.apply({"params": params}, *map(jnp.asarray, (ids, mask, dec, dec_mask)))
     np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-4, rtol=0)
     # The adapters are in the export: a model without them gives other logits.
