@@ -35,6 +35,7 @@ def small_config(variant):
     c.testing_only_fixed_noise_seed_NO_PRIVACY = True
     c.data.max_train_examples = 600
     c.data.max_source_length = c.data.max_target_length = 32
+    c.data.length_buckets = "none"  # One shape a run (CI time); the bucket test sets "auto".
     c.data.max_eval_examples = 16
     c.data.max_test_examples = 16
     c.tokenizer.dp_noise_stddev = 2.0
@@ -237,6 +238,7 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_
     monkeypatch.setattr(loop, "build_run", recording_build_run)
     config = small_config("eps8")
     config.train.eval_every_steps = 0
+    config.data.length_buckets = "auto"
     buckets = bridge.resolve_length_buckets(
         config.data.length_buckets,
         config.data.max_source_length,
