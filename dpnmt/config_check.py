@@ -498,10 +498,15 @@ def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str
     Returns:
       The differing fields, sorted; empty when unbound or the same.
     """
+    return _binding_diff(workdir, config)[0]
+
+
+def _binding_diff(workdir: str, config: ml_collections.ConfigDict) -> tuple[list[str], dict, dict]:
+    """(`binding_changes`, the run's flattened config.json, `config` flattened)."""
     path = os.path.join(workdir, CONFIG_FILE)
     fully_bound, has_vocabulary = _is_bound(workdir)
     if not os.path.exists(path) or not (fully_bound or has_vocabulary):
-        return []
+        return [], {}, {}
     with open(path) as f:
         previous = flatten(json.load(f))
     current = flatten(json.loads(config.to_json_best_effort()))
@@ -517,7 +522,7 @@ def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str
     changed = [k for k in changed if k not in NOT_BINDING_FIELDS]
     if not fully_bound:
         changed = [k for k in changed if _depends_vocabulary(k)]
-    return changed
+    return changed, previous, current
 
 
 def workdir_problems(
@@ -539,12 +544,8 @@ def workdir_problems(
     if not os.access(existing, os.W_OK):
         return [f"--workdir={workdir} is not writable ({existing}); choose another folder."]
     if config is not None:  # config.json holds the published config (no noise seed).
-        published = config_lib.published_config(config)
-        changed = binding_changes(workdir, published)
+        changed, run, now = _binding_diff(workdir, config_lib.published_config(config))
         if changed:
-            with open(os.path.join(workdir, CONFIG_FILE)) as f:
-                run = flatten(json.load(f))
-            now = flatten(json.loads(published.to_json_best_effort()))
             differ = "; ".join(
                 f"{k}: run {run.get(k, '(absent)')!r}, now {now.get(k, '(absent)')!r}"
                 for k in changed

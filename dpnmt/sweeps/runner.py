@@ -167,10 +167,7 @@ def run_sweep(
             record["state"] = grid.FINISHED
             logging.info("%s: finished in %.0f s.", spec.name, record["seconds_last_attempt"])
         else:
-            # The tail may quote private data (a malformed training line, say):
-            # it stays under the run's private/, never in the published sweep.json.
-            with open(os.path.join(run_dir, grid.ERROR_TAIL), "w", encoding="utf-8") as f:
-                f.write(tail)
+            _write_error_tail(run_dir, tail)
             record.update(state=grid.FAILED, log=grid.TRAIN_LOG)
             log = os.path.join(run_dir, grid.TRAIN_LOG)
             logging.error("%s: failed (exit %d); log: %s", spec.name, status, log)
@@ -179,18 +176,30 @@ def run_sweep(
     return manifest
 
 
+def _write_error_tail(run_dir: str, tail: str) -> None:
+    """Keeps a failed attempt's log tail under the run's private/.
+
+    The tail may quote private data (a malformed training line, say): never in
+    the published sweep.json.
+    """
+    path = os.path.join(run_dir, grid.ERROR_TAIL)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(tail)
+
+
 def _move_old_error_tails(workdir: str, manifest: dict) -> None:
     """Moves log tails that older releases kept in sweep.json to each run's private/."""
+    moved = False
     for name, record in manifest["runs"].items():
         tail = record.pop("error_tail", None)
         if tail is None:
             continue
-        path = os.path.join(workdir, name, grid.ERROR_TAIL)
-        if not os.path.exists(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(tail)
-    grid.write_manifest(workdir, manifest)
+        moved = True
+        if not os.path.exists(os.path.join(workdir, name, grid.ERROR_TAIL)):
+            _write_error_tail(os.path.join(workdir, name), tail)
+    if moved:
+        grid.write_manifest(workdir, manifest)
 
 
 def status_lines(manifest: dict, specs: list[grid.RunSpec], workdir: str) -> tuple[str, bool]:

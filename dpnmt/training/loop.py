@@ -127,7 +127,7 @@ def train_and_evaluate(
     )
     if buckets is not None:
         with timer.phase("start-up: compile every length bucket"):
-            _compile_buckets(run, buckets, state.trainable, frozen, dropout_base)
+            _compile_buckets(run, buckets, replicated, state.trainable, frozen, dropout_base)
     # Host side (sampling, micro-batching, sharding) runs a lot ahead in a thread.
     prefetched = bridge.device_lots(
         run.lots,
@@ -235,13 +235,12 @@ def train_and_evaluate(
     return results
 
 
-def _compile_buckets(run: RunPieces, buckets, trainable, frozen, dropout_base) -> None:
+def _compile_buckets(run: RunPieces, buckets, replicated, trainable, frozen, dropout_base) -> None:
     """Runs the micro-batch step once per bucket shape on padding rows (no data).
 
     Every shape then compiles before the first lot, so which shapes compiled,
     and when, says nothing about the lots (see `bridge.padding_microbatches`).
     """
-    replicated = bridge.replicated_sharding(run.mesh)
     for micro in bridge.padding_microbatches(
         buckets,
         run.train_examples.field_specs(),

@@ -88,12 +88,7 @@ def small_config(variant: str = "nonprivate"):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     c = module.get_config(variant)
-    for name, value in NONPRIVATE[1].items():
-        *parents, leaf = name.split(".")
-        node = c
-        for parent in parents:
-            node = node[parent]
-        node[leaf] = value
+    c.update_from_flattened_dict(NONPRIVATE[1])
     return c
 
 
