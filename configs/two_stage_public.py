@@ -1,8 +1,15 @@
-"""SKETCH (not run yet): stage 1 of the two-stage recipe, public pre-training.
+"""Stage 1 of the two-stage recipe: non-private pre-training on public data.
 
-Non-private training of a small T5 on the public WMT de-en sample, with a
-SentencePiece vocabulary learnt from that public text (no privacy spent on
-either). Then export it for stage 2 (configs/two_stage_private.py):
+The public corpus is the WMT de-en news sample (`$DPNMT_DATA_DIR/
+wmt_sample_de_en`, 10,000 pairs); the private one in stage 2
+(configs/two_stage_private.py) is Multi30K de-en image captions. They come
+from different sources (news commentary vs Flickr captions), so no pair is
+in both; like the real case (a model pretrained on public general-domain
+text, fine-tuned on private in-domain text), the domains differ. The
+SentencePiece vocabulary is learnt from the public text only, so stage 2
+spends no ε on a vocabulary. The model is configs/multi30k.py's (T5 v1.0
+layout, 3+3 layers, d_model 256), so stage 2 compares with Multi30K from
+scratch at equal size. Then export it:
 
     python -m dpnmt.train --config=configs/two_stage_public.py --workdir=runs/stage1
     python -m dpnmt.export --workdir=runs/stage1 --out=exported/stage1
@@ -19,17 +26,31 @@ def _customize(c):
     data_dir = os.environ.get("DPNMT_DATA_DIR", "../shared/data")
     c.data.corpus = "wmt16"
     c.data.pair = "de-en"
-    c.data.validation_size = 500
+    c.data.validation_size = 500  # Carved from the public train text: public too.
     c.data.detokenize = True
+    c.data.max_source_length = 64
+    c.data.max_target_length = 64
     c.tokenizer.kind = "sentencepiece_public"
     c.tokenizer.public_text_paths = tuple(
         os.path.join(data_dir, "wmt_sample_de_en", f"train.{lang}") for lang in ("de", "en")
     )
     c.tokenizer.vocab_size = 4000
+    c.model.family = "none"
     c.model.feed_forward_proj = "relu"
-    c.train.expected_lot_size = 64
-    c.train.num_epochs = 10
-    c.train.learning_rate = 1e-3
+    c.model.d_model = 256
+    c.model.d_kv = 32
+    c.model.num_heads = 8
+    c.model.d_ff = 512
+    c.model.num_layers = 3
+    c.model.num_decoder_layers = 3
+    c.model.dropout_rate = 0.1
+    c.train.expected_lot_size = 128
+    c.train.physical_batch_size = 32
+    c.train.num_epochs = 4
+    c.train.learning_rate = 2e-3
+    c.train.warmup_steps = 40
+    c.train.checkpoint_every_steps = 100
+    c.eval.max_new_tokens = 64
 
 
 def get_config(arg=None):

@@ -111,6 +111,22 @@ def _scores_section(results: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def _finetuning(model: Mapping[str, Any]) -> str:
+    """Which parameters DP-SGD trained (`model.finetune`), and how the export holds them."""
+    mode = model.get("finetune", "all")
+    if mode == "lora":
+        rank = model.get("lora_rank")
+        alpha = model.get("lora_alpha")
+        return (
+            f"LoRA adapters only (rank {rank}, alpha {alpha if alpha is not None else rank}, "
+            f"on {model.get('lora_targets')}); the base weights were frozen, and the "
+            "adapters are merged into the exported weights (W + (alpha/r)·A·B)"
+        )
+    if mode == "bias":
+        return "bias terms only; every other weight frozen at the base model's"
+    return "all parameters"
+
+
 def render(
     config: Mapping[str, Any],
     privacy: Mapping[str, Any],
@@ -154,6 +170,7 @@ def render(
         f"- max source / target tokens: {data.get('max_source_length')} / "
         f"{data.get('max_target_length')}",
         f"- vocabulary: {config.get('tokenizer', {}).get('kind', '?')}",
+        f"- trained parameters: {_finetuning(model)}",
     ]
     if data.get("max_train_examples") is not None:
         lines.append(f"- first {data['max_train_examples']} training pairs kept")

@@ -9,7 +9,14 @@ import pytest
 from dpnmt import cli
 from dpnmt.errors import ConfigError
 
-APPS = ("dpnmt.train", "dpnmt.decode", "dpnmt.sweep", "dpnmt.report", "dpnmt.audit")
+APPS = (
+    "dpnmt.train",
+    "dpnmt.decode",
+    "dpnmt.sweep",
+    "dpnmt.report",
+    "dpnmt.audit",
+    "dpnmt.noise_to_signal",
+)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -32,6 +32,7 @@ RUN_ID_FILE = "run_id"
 SESSIONS_FILE = "sessions"
 # Where a session's wall time went (`train.profile`): in private/ for a private run.
 PROFILE_FILE = "profile.json"
+NOISE_TO_SIGNAL_FILE = "noise_to_signal.json"  # In private/ when validation is private.
 
 
 def _json_default(value):

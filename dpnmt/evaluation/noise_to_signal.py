@@ -1,0 +1,181 @@
+"""How loud DP-SGD's noise is against the clipped gradient, on a run's validation split.
+
+Each DP-SGD update is `(Σ_lot clip(g_i) + N(0, σ²C² I)) / L`. Its noise has
+norm about `σ C √d / L` (d trainable parameters); its signal is the mean
+clipped gradient, at most C and usually far less, because examples' gradients
+point different ways. Their ratio says why a DP run learns slowly or not at
+all: a ratio of r needs about r² steps along a steady direction before the
+signal outweighs the noise.
+
+The signal is measured on the validation split (public where the corpus has
+its own; `validation_is_private` says when it was carved from train) with the
+run's released parameters and its initial ones (rebuilt from the public
+`config.seed`), never on the training data.
+"""
+
+import dataclasses
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpnmt import bridge, core, models
+from dpnmt.evaluation import decode
+from dpnmt.evaluation import evaluator as evaluator_lib
+from dpnmt.training import pieces, steps
+from dpnmt.training.run_dir import NOISE_TO_SIGNAL_FILE, PRIVATE_DIR, write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """The clipped gradient of `num_examples` examples at one set of parameters.
+
+    Attributes:
+      num_examples: n, examples averaged.
+      mean_clipped_norm: ‖(1/n) Σ clip_C(g_i)‖, the signal of an update of n examples.
+      median_example_norm: median of the unclipped ‖g_i‖.
+      fraction_clipped: share of examples with ‖g_i‖ > C.
+      loss: mean token loss of the n examples (nats/token, no dropout).
+    """
+
+    num_examples: int
+    mean_clipped_norm: float
+    median_example_norm: float
+    fraction_clipped: float
+    loss: float
+
+
+def noise_norm(noise_multiplier: float, l2_clip: float, lot_size: float, num_params: int) -> float:
+    """Expected norm of the noise on the averaged gradient, `σ C √d / L` (√d: E‖N(0, I_d)‖ ≈ √d)."""
+    return noise_multiplier * l2_clip * math.sqrt(num_params) / lot_size
+
+
+def clipped_signal(loss_fn, trainable, microbatches, l2_clip: float) -> Signal:
+    """The mean clipped gradient of the examples in `microbatches` (ghost clipping).
+
+    Args:
+      loss_fn: `loss_fn(trainable, example) -> scalar` for ONE example.
+      trainable: the parameters differentiated.
+      microbatches: dicts of `[b, ...]` example fields plus `mask` `[b]` (as
+        `bridge.to_microbatches` makes them; padding rows are masked out).
+      l2_clip: C.
+    """
+
+    @jax.jit
+    def grad_sum(params, batch, mask):
+        return core.private_grad_sum(loss_fn, params, batch, mask, l2_clip)
+
+    total, norms, loss_sum, count = None, [], 0.0, 0
+    for micro in microbatches:
+        mask = micro[bridge.MASK]
+        batch = {k: v for k, v in micro.items() if k not in (bridge.MASK, bridge.EXAMPLE_INDEX)}
+        summed, example_norms, mean_loss = grad_sum(trainable, batch, mask)
+        total = summed if total is None else jax.tree.map(jnp.add, total, summed)
+        real = np.asarray(mask) > 0
+        norms.append(np.asarray(example_norms)[real])
+        loss_sum += float(mean_loss) * int(real.sum())
+        count += int(real.sum())
+    if not count:
+        raise ValueError("No examples: give at least one unmasked row.")
+    norms = np.concatenate(norms)
+    squares = sum(float(jnp.sum(jnp.square(leaf))) for leaf in jax.tree.leaves(total))
+    return Signal(
+        num_examples=count,
+        mean_clipped_norm=math.sqrt(squares) / count,
+        median_example_norm=float(np.median(norms)),
+        fraction_clipped=float(np.mean(norms > l2_clip)),
+        loss=loss_sum / count,
+    )
+
+
+def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
+    """Noise-to-signal of a trained run at its initial and its latest parameters.
+
+    Args:
+      config: the run's config (`decode.load_run_config`).
+      workdir: the run's folder (tokenizer, checkpoint).
+      max_examples: validation examples averaged (default: L, at most the split).
+
+    Returns:
+      A JSON-able dict: the plan's σ, C, L, d, the noise norm, and per
+      parameter set (`initial`, `trained`) the `Signal` fields and
+      `noise_to_signal` (noise norm / mean clipped norm).
+    """
+    corpus = pieces.load_corpus(config)
+    tokenizer, _ = pieces.build_tokenizer(config, corpus, workdir, noise_seed=None, learn=False)
+    tokenized, _ = pieces.tokenize_corpus(config, corpus, tokenizer)
+    model, model_config, initial = pieces.build_model(
+        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+    )
+    trained, plan, steps_done = decode.restore_params(config, workdir, initial)
+    lot_size = plan.expected_lot_size
+    split = tokenized["validation"]
+    n = min(len(split), int(max_examples or math.ceil(lot_size)))
+    examples = evaluator_lib.tokenized_examples(split.select(range(n)), config, tokenizer.pad_id)
+    lot = bridge.Lot(np.arange(n, dtype=np.int64), examples.__getitems__(list(range(n))).fields)
+    micro = bridge.to_microbatches(
+        lot, config.train.physical_batch_size, pad_values=examples.pad_values
+    )
+    predicate = pieces.trainable_predicate(config)
+    out = {
+        "steps_done": steps_done,
+        "noise_multiplier": plan.noise_multiplier,
+        "l2_clip": plan.l2_clip,
+        "expected_lot_size": lot_size,
+        "validation_is_private": pieces.validation_is_carved_from_train(corpus),
+    }
+    for name, params in (("initial", initial), ("trained", trained)):
+        trainable, frozen = models.split_params(params, predicate)
+
+        def loss_fn(train, example, frozen=frozen):
+            return steps.example_loss(
+                model, model_config, models.merge_params(train, frozen), example, None
+            )
+
+        signal = clipped_signal(loss_fn, trainable, micro, plan.l2_clip)
+        out["num_trainable"] = sum(int(np.size(x)) for x in jax.tree.leaves(trainable))
+        out[name] = dataclasses.asdict(signal)
+    out["noise_norm"] = noise_norm(
+        plan.noise_multiplier, plan.l2_clip, lot_size, out["num_trainable"]
+    )
+    for name in ("initial", "trained"):
+        out[name]["noise_to_signal"] = out["noise_norm"] / max(
+            out[name]["mean_clipped_norm"], 1e-30
+        )
+    return out
+
+
+def write_run(workdir: str, max_examples: int | None = None) -> tuple[str, dict]:
+    """Measures a trained run (`measure_run`) and writes its JSON; returns (path, result).
+
+    The file goes to the workdir, or to its `private/` when the validation
+    split was carved from the private training data.
+    """
+    result = measure_run(decode.load_run_config(workdir), workdir, max_examples)
+    folder = os.path.join(workdir, PRIVATE_DIR) if result["validation_is_private"] else workdir
+    path = os.path.join(folder, NOISE_TO_SIGNAL_FILE)
+    write_json(path, result)
+    return path, result
+
+
+def format_table(result: dict) -> str:
+    """The result as a Markdown table, one row per parameter set."""
+    head = (
+        f"σ = {result['noise_multiplier']:.3f}, C = {result['l2_clip']:g}, "
+        f"L = {result['expected_lot_size']}, d = {result['num_trainable']:,}: "
+        f"noise norm σC√d/L = {result['noise_norm']:.3f}\n\n"
+        "| parameters | validation loss | median ‖g_i‖ | clipped | ‖mean clip(g)‖ "
+        "| noise / signal |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for name in ("initial", "trained"):
+        r = result[name]
+        rows.append(
+            f"| {name} | {r['loss']:.2f} | {r['median_example_norm']:.3g} | "
+            f"{r['fraction_clipped']:.0%} | {r['mean_clipped_norm']:.3g} | "
+            f"{r['noise_to_signal']:.1f} |"
+        )
+    return head + "\n".join(rows)
