@@ -125,7 +125,12 @@ def _fake_results(rng, private, sampling, epsilon):
         "seconds_per_epoch": float(rng.uniform(1, 100)),
         "history": history,
         "validation": {"bleu": float(rng.uniform(0, 30)), "loss": float(rng.uniform(2, 7))},
-        "test": {"bleu": float(rng.uniform(0, 30)), "bertscore": {"f1": float(rng.uniform(0, 1))}},
+        "test": {
+            "bleu": float(rng.uniform(0, 30)),
+            "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            "chrf": float(rng.uniform(0, 60)),
+            "bertscore": {"f1": float(rng.uniform(0, 1))},
+        },
         "privacy": _fake_report(private, sampling, epsilon, steps),
     }
 
@@ -198,6 +203,13 @@ def test_report_of_a_grid_with_a_non_private_cell(tmp_path):
         f1 = [m["test"]["bertscore"]["f1"] for m in members]
         assert row["bertscore_f1_mean"] == pytest.approx(np.mean(f1))
         assert row["bertscore_f1_std"] == pytest.approx(np.std(f1, ddof=1))
+        chrf = [m["test"]["chrf"] for m in members]
+        assert row["chrf_mean"] == pytest.approx(np.mean(chrf))
+        assert row["chrf_std"] == pytest.approx(np.std(chrf, ddof=1))
+        assert f"{row['chrf_mean']:.1f} ({row['chrf_std']:.1f})" in markdown
+    assert "sacreBLEU signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`" in (
+        markdown
+    )
     assert "| nonprivate | shuffle | 2 |" in markdown and "∞" in markdown
     assert "eps1-poisson/seed9 (failed)" in markdown
     for name in report.FIGURES:

@@ -24,6 +24,8 @@ COLUMNS = (
     ("n", "n"),
     ("bleu_mean", "test BLEU"),
     ("bleu_std", None),
+    ("chrf_mean", "chrF"),
+    ("chrf_std", None),
     ("bertscore_f1_mean", "BERTScore F1"),
     ("bertscore_f1_std", None),
     ("epsilon", "ε DP-SGD"),
@@ -33,6 +35,7 @@ COLUMNS = (
     ("steps", "steps"),
     ("seconds_per_epoch_mean", "s / epoch"),
     ("seconds_per_epoch_std", None),
+    ("bleu_signature", None),  # sacreBLEU's; in the notes under the Markdown table.
 )
 
 
@@ -101,7 +104,8 @@ def cell_rows(runs: list[Run]) -> list[dict]:
 
     Returns:
       Rows keyed by the CSV names of `COLUMNS`: n seeds, mean and sample std of
-      test BLEU, BERTScore F1 (NaN if not scored) and seconds per epoch; the mean
+      test BLEU, chrF, BERTScore F1 (NaN if not scored) and seconds per epoch;
+      the sacreBLEU signature(s) of the cell's runs ("; "-joined); the mean
       DP-SGD ε each run reports as its guarantee (∞ when not private), its bound,
       the total ε with the vocabulary, σ and the steps done.
     """
@@ -114,6 +118,8 @@ def cell_rows(runs: list[Run]) -> list[dict]:
         tests = [m.results["test"] for m in members]
         bertscores = [t["bertscore"]["f1"] for t in tests if "bertscore" in t]
         bleu = mean_std([t["bleu"] for t in tests])
+        chrf = mean_std([as_float(t.get("chrf")) for t in tests])
+        signatures = sorted({str(t.get("bleu_signature", "?")) for t in tests})
         f1 = mean_std(bertscores) if len(bertscores) == len(tests) else (math.nan, math.nan)
         # None (a session of fewer than 50 lots publishes no timing) counts as NaN.
         seconds = mean_std([as_float(m.results["seconds_per_epoch"]) for m in members])
@@ -124,6 +130,8 @@ def cell_rows(runs: list[Run]) -> list[dict]:
                 "n": len(members),
                 "bleu_mean": bleu[0],
                 "bleu_std": bleu[1],
+                "chrf_mean": chrf[0],
+                "chrf_std": chrf[1],
                 "bertscore_f1_mean": f1[0],
                 "bertscore_f1_std": f1[1],
                 "epsilon": float(np.mean([r.dp_sgd_epsilon for r in reports])),
@@ -133,6 +141,7 @@ def cell_rows(runs: list[Run]) -> list[dict]:
                 "steps": float(np.mean([r.steps_done for r in reports])),
                 "seconds_per_epoch_mean": seconds[0],
                 "seconds_per_epoch_std": seconds[1],
+                "bleu_signature": "; ".join(signatures),
             }
         )
     return rows
@@ -162,6 +171,7 @@ def to_markdown(rows: list[dict], not_finished: dict[str, str]) -> str:
             row["sampling"],
             str(row["n"]),
             _mean_std_text(row["bleu_mean"], row["bleu_std"], 2),
+            _mean_std_text(row["chrf_mean"], row["chrf_std"], 1),
             _mean_std_text(row["bertscore_f1_mean"], row["bertscore_f1_std"], 3),
             _number(row["epsilon"], 2),
             row["epsilon_bound"],
@@ -174,13 +184,17 @@ def to_markdown(rows: list[dict], not_finished: dict[str, str]) -> str:
     notes = [
         "",
         "Mean (std) over n public seeds (config.seed); std is the sample standard "
-        "deviation (n − 1), '–' when n = 1 or the metric was not computed. BLEU and "
-        "BERTScore F1 on the test split. ε DP-SGD is the guarantee each run reports at "
+        "deviation (n − 1), '–' when n = 1 or the metric was not computed. BLEU, chrF "
+        "and BERTScore F1 on the test split (BLEU and chrF by sacreBLEU, detokenised). "
+        "ε DP-SGD is the guarantee each run reports at "
         "its δ: Poisson runs the amplified Poisson bound, shuffled runs the bound "
         "without amplification by sampling. ε total adds the vocabulary's ε (basic "
         "composition; ∞ if the vocabulary is not covered). s / epoch: training time of "
         "the run's last session, per epoch.",
     ]
+    signatures = sorted({sig for row in rows for sig in row["bleu_signature"].split("; ")})
+    if signatures:
+        notes.append(f"\nsacreBLEU signature: {', '.join(f'`{sig}`' for sig in signatures)}.")
     if not_finished:
         listed = ", ".join(f"{name} ({state})" for name, state in sorted(not_finished.items()))
         notes.append(f"\nNot in the table (not finished): {listed}.")
