@@ -1,10 +1,11 @@
 """Stage 1 of the two-stage recipe: non-private pre-training on public data.
 
-The public corpus is the WMT de-en news sample (`$DPNMT_DATA_DIR/
-wmt_sample_de_en`, 10,000 pairs); the private one in stage 2
-(configs/two_stage_private.py) is Multi30K de-en image captions. They come
-from different sources (news commentary vs Flickr captions), so no pair is
-in both; like the real case (a model pretrained on public general-domain
+The public corpus is the WMT de-en training sample (`$DPNMT_DATA_DIR/
+wmt_sample_de_en`, 10,000 pairs of Europarl, web-crawled and news text, Moses-
+tokenised); the private one in stage 2 (configs/two_stage_private.py) is
+Multi30K de-en image captions. They come from different sources, and no line
+of the sample is in Multi30K's train or validation split (checked after
+normalisation); like the real case (a model pretrained on public general-domain
 text, fine-tuned on private in-domain text), the domains differ. The
 SentencePiece vocabulary is learnt from the public text only, so stage 2
 spends no ε on a vocabulary. The model is configs/multi30k.py's (T5 v1.0

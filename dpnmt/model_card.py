@@ -112,19 +112,25 @@ def _scores_section(results: Mapping[str, Any] | None) -> list[str]:
 
 
 def _finetuning(model: Mapping[str, Any]) -> str:
-    """Which parameters DP-SGD trained (`model.finetune`), and how the export holds them."""
+    """Which parameters DP-SGD trained (`model.finetune`, `model.trainable`), as exported."""
     mode = model.get("finetune", "all")
+    rank = model.get("lora_rank") or 0
+    alpha = model.get("lora_alpha")
+    adapters = (
+        f"LoRA adapters (rank {rank}, alpha {alpha if alpha is not None else rank}, "
+        f"on {model.get('lora_targets')}), merged into the exported weights (W + (alpha/r)·A·B)"
+    )
     if mode == "lora":
-        rank = model.get("lora_rank")
-        alpha = model.get("lora_alpha")
-        return (
-            f"LoRA adapters only (rank {rank}, alpha {alpha if alpha is not None else rank}, "
-            f"on {model.get('lora_targets')}); the base weights were frozen, and the "
-            "adapters are merged into the exported weights (W + (alpha/r)·A·B)"
-        )
+        return f"{adapters} only; the base weights were frozen"
     if mode == "bias":
         return "bias terms only; every other weight frozen at the base model's"
-    return "all parameters"
+    trained = (
+        f"the parameters whose path matches `{model['trainable']}`; the others frozen "
+        "at the base model's"
+        if model.get("trainable")
+        else "all parameters"
+    )
+    return f"{trained}, and {adapters}" if rank else trained
 
 
 def render(

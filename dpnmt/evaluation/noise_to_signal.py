@@ -10,22 +10,24 @@ signal outweighs the noise.
 The signal is measured on the validation split (public where the corpus has
 its own; `validation_is_private` says when it was carved from train) with the
 run's released parameters and its initial ones (rebuilt from the public
-`config.seed`), never on the training data.
+`config.seed`), never on the training data, and without dropout: training
+drew per-example dropout, so the norms describe the deterministic model.
 """
 
 import dataclasses
 import math
-import os
 
+import datasets
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from dpnmt import bridge, core, models
+from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
 from dpnmt.evaluation import evaluator as evaluator_lib
 from dpnmt.training import pieces, steps
-from dpnmt.training.run_dir import NOISE_TO_SIGNAL_FILE, PRIVATE_DIR, write_json
+from dpnmt.training.run_dir import NOISE_TO_SIGNAL_FILE, RunDir, write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,13 +101,25 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
       max_examples: validation examples averaged (default: L, at most the split).
 
     Returns:
-      A JSON-able dict: the plan's σ, C, L, d, the noise norm, and per
-      parameter set (`initial`, `trained`) the `Signal` fields and
-      `noise_to_signal` (noise norm / mean clipped norm).
+      A JSON-able dict: the plan's σ, C, L, d, T, the steps done, whether the
+      run finished, the noise norm, and per parameter set (`initial`,
+      `trained`) the `Signal` fields and `noise_to_signal` (noise norm / mean
+      clipped norm).
+
+    Raises:
+      ConfigError: the run is not private (no noise, no clipping to compare).
     """
+    if not config.dp.enabled:
+        raise ConfigError(
+            f"{workdir} is a non-private run: it adds no noise and clips nothing; "
+            "give a DP run's --workdir."
+        )
     corpus = pieces.load_corpus(config)
     tokenizer, _ = pieces.build_tokenizer(config, corpus, workdir, noise_seed=None, learn=False)
-    tokenized, _ = pieces.tokenize_corpus(config, corpus, tokenizer)
+    # The validation split alone: the private train split is not read or counted.
+    tokenized, _ = pieces.tokenize_corpus(
+        config, datasets.DatasetDict(validation=corpus["validation"]), tokenizer
+    )
     model, model_config, initial = pieces.build_model(
         config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
     )
@@ -121,6 +135,8 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
     predicate = pieces.trainable_predicate(config)
     out = {
         "steps_done": steps_done,
+        "steps_planned": plan.num_steps,
+        "finished": decode.warn_if_unfinished(workdir),
         "noise_multiplier": plan.noise_multiplier,
         "l2_clip": plan.l2_clip,
         "expected_lot_size": lot_size,
@@ -154,10 +170,12 @@ def write_run(workdir: str, max_examples: int | None = None) -> tuple[str, dict]
     split was carved from the private training data.
     """
     result = measure_run(decode.load_run_config(workdir), workdir, max_examples)
-    folder = os.path.join(workdir, PRIVATE_DIR) if result["validation_is_private"] else workdir
-    path = os.path.join(folder, NOISE_TO_SIGNAL_FILE)
-    write_json(path, result)
-    return path, result
+    run_dir = RunDir(workdir)
+    if result["validation_is_private"]:
+        run_dir.write_private_json(NOISE_TO_SIGNAL_FILE, result)
+        return run_dir.private_file(NOISE_TO_SIGNAL_FILE), result
+    write_json(run_dir.file(NOISE_TO_SIGNAL_FILE), result)
+    return run_dir.file(NOISE_TO_SIGNAL_FILE), result
 
 
 def format_table(result: dict) -> str:
@@ -170,6 +188,11 @@ def format_table(result: dict) -> str:
         "| noise / signal |\n"
         "|---|---|---|---|---|---|\n"
     )
+    if result["validation_is_private"]:
+        head = (
+            "Measured on validation pairs carved from the PRIVATE training data: outside "
+            "the guarantee; do not publish.\n\n" + head
+        )
     rows = []
     for name in ("initial", "trained"):
         r = result[name]

@@ -2,10 +2,12 @@
 
 Published (the workdir minus `private/`): config.json, results.json,
 metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json),
-checkpoints/ and a non-private run's profile.json. Private (`private/`, never
+checkpoints/, a non-private run's profile.json and `dpnmt.noise_to_signal`'s
+noise_to_signal.json (measured on a public validation split). Private (`private/`, never
 published): the secret noise seed, the run id, the sampler state of each
 checkpoint, the session counter, the exact preprocessing counts of private
-splits and a private run's profile.
+splits, a private run's profile and noise_to_signal.json when validation was
+carved from train.
 """
 
 import json

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dpnmt import core
+from dpnmt.errors import ConfigError
 from dpnmt.evaluation import noise_to_signal
 from dpnmt.training import loop
 from tests.markers import needs_data
@@ -104,6 +105,10 @@ def test_run_measurement_lands_in_private_when_validation_is_carved(tmp_path):
     assert result["noise_norm"] == pytest.approx(
         result["noise_multiplier"] * math.sqrt(result["num_trainable"]) / 48
     )
-    assert result["steps_done"] >= 1
+    assert result["finished"] and result["steps_done"] == result["steps_planned"] >= 1
+    assert "PRIVATE training data" in noise_to_signal.format_table(result)
     table = noise_to_signal.format_table(result)
+    config.dp.enabled = False  # A non-private run has no noise to compare: refused.
+    with pytest.raises(ConfigError, match="non-private run"):
+        noise_to_signal.measure_run(config, str(workdir))
     assert "| initial |" in table and "| trained |" in table
