@@ -39,15 +39,7 @@ def _customize(c):
     # may result: the DP histogram decides.
     c.tokenizer.dp_noise_stddev = 8.0
     c.tokenizer.dp_max_words = 24
-    c.model.family = "none"  # No T5 task prefix: a from-scratch model needs none.
-    c.model.feed_forward_proj = "relu"
-    c.model.d_model = 256
-    c.model.d_kv = 32
-    c.model.num_heads = 8
-    c.model.d_ff = 512
-    c.model.num_layers = 3
-    c.model.num_decoder_layers = 3
-    c.model.dropout_rate = 0.1
+    config_lib.small_t5_from_scratch(c.model)
     c.train.physical_batch_size = 32
     c.train.warmup_steps = 40
     c.train.decay = "linear"

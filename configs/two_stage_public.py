@@ -36,15 +36,7 @@ def _customize(c):
         os.path.join(data_dir, "wmt_sample_de_en", f"train.{lang}") for lang in ("de", "en")
     )
     c.tokenizer.vocab_size = 4000
-    c.model.family = "none"
-    c.model.feed_forward_proj = "relu"
-    c.model.d_model = 256
-    c.model.d_kv = 32
-    c.model.num_heads = 8
-    c.model.d_ff = 512
-    c.model.num_layers = 3
-    c.model.num_decoder_layers = 3
-    c.model.dropout_rate = 0.1
+    config_lib.small_t5_from_scratch(c.model)
     c.train.expected_lot_size = 128
     c.train.physical_batch_size = 32
     c.train.num_epochs = 4

@@ -21,3 +21,18 @@ def test_readme_core_example_runs(tmp_path):
     match = re.search(r"σ=([\d.]+), ε=([\d.]+)", result.stdout)
     assert match, result.stdout
     assert 0 < float(match.group(2)) <= 2.0
+
+
+def test_readme_result_tables_are_the_committed_runs_results():
+    # Each `<!-- results table: DIR -->` marker is followed by the table that
+    # `dpnmt.report` makes from DIR (a sweep's sweep.json and its runs' results.json).
+    from dpnmt.sweeps import summary
+
+    text = README.read_text()
+    markers = re.findall(r"<!-- results table: (\S+) -->\n((?:\|.*\n)+)", text)
+    assert len(markers) >= 2, "the README's measured tables lost their markers"
+    for folder, table in markers:
+        runs, not_finished = summary.load_runs(str(README.parent / folder))
+        assert runs and not not_finished, folder
+        expected = summary.to_markdown(summary.cell_rows(runs), {}).split("\n\n")[0]
+        assert table.strip() == expected.strip(), folder
