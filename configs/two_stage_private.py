@@ -1,6 +1,6 @@
 """Stage 2 of the two-stage recipe: DP fine-tuning of the public model on Multi30K.
 
-Fine-tunes the stage-1 export (configs/two_stage_public.py: WMT news, public)
+Fine-tunes the stage-1 export (configs/two_stage_public.py: the WMT sample, public)
 with DP-SGD on Multi30K de-en (image captions, private here), with the
 exported model's own tokenizer (tokenizer.kind=auto): no vocabulary is learnt
 from the private data, so none of ε goes to one. Lots, epochs and learning

@@ -25,6 +25,18 @@ def tokenized_examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
     )
 
 
+def split_microbatches(split, config, pad_id: int) -> list[dict]:
+    """A tokenized split as masked micro-batches of `train.physical_batch_size` rows, in order."""
+    examples = tokenized_examples(split, config, pad_id)
+    lot = bridge.Lot(
+        np.arange(len(examples), dtype=np.int64),
+        examples.__getitems__(list(range(len(examples)))).fields,
+    )
+    return bridge.to_microbatches(
+        lot, config.train.physical_batch_size, pad_values=examples.pad_values
+    )
+
+
 class Evaluator:
     """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
 
@@ -64,16 +76,9 @@ class Evaluator:
         return split, references
 
     def _loss(self, params, split) -> float:
-        examples = tokenized_examples(split, self._config, self._tokenizer.pad_id)
-        lot = bridge.Lot(
-            np.arange(len(examples), dtype=np.int64),
-            examples.__getitems__(list(range(len(examples)))).fields,
-        )
         total, count = 0.0, 0
         with self._phase("teacher-forced loss"):
-            for micro in bridge.to_microbatches(
-                lot, self._config.train.physical_batch_size, pad_values=examples.pad_values
-            ):
+            for micro in split_microbatches(split, self._config, self._tokenizer.pad_id):
                 loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
                 total, count = total + float(loss_sum), count + int(n)
         return total / max(count, 1)

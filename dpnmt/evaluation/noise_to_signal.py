@@ -127,11 +127,7 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
     lot_size = plan.expected_lot_size
     split = tokenized["validation"]
     n = min(len(split), int(max_examples or math.ceil(lot_size)))
-    examples = evaluator_lib.tokenized_examples(split.select(range(n)), config, tokenizer.pad_id)
-    lot = bridge.Lot(np.arange(n, dtype=np.int64), examples.__getitems__(list(range(n))).fields)
-    micro = bridge.to_microbatches(
-        lot, config.train.physical_batch_size, pad_values=examples.pad_values
-    )
+    micro = evaluator_lib.split_microbatches(split.select(range(n)), config, tokenizer.pad_id)
     predicate = pieces.trainable_predicate(config)
     out = {
         "steps_done": steps_done,
@@ -150,9 +146,8 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
                 model, model_config, models.merge_params(train, frozen), example, None
             )
 
-        signal = clipped_signal(loss_fn, trainable, micro, plan.l2_clip)
-        out["num_trainable"] = sum(int(np.size(x)) for x in jax.tree.leaves(trainable))
-        out[name] = dataclasses.asdict(signal)
+        out[name] = dataclasses.asdict(clipped_signal(loss_fn, trainable, micro, plan.l2_clip))
+    out["num_trainable"] = sum(int(np.size(x)) for x in jax.tree.leaves(trainable))
     out["noise_norm"] = noise_norm(
         plan.noise_multiplier, plan.l2_clip, lot_size, out["num_trainable"]
     )
