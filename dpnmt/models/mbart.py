@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import attention, lora
+from dpnmt.models import attention, dropout, lora
 from dpnmt.models.config import LoRASpec, MBartConfig
 
 POSITION_OFFSET = 2
@@ -60,7 +60,7 @@ class MBartAttention(nn.Module):
         self.k = _dense(self.adapters, "k", self.d_model)
         self.v = _dense(self.adapters, "v", self.d_model)
         self.o = _dense(self.adapters, "o", self.d_model)
-        self.dropout = nn.Dropout(self.dropout_rate)
+        self.dropout = dropout.Dropout(self.dropout_rate)
 
     def _heads(self, x: chex.Array) -> chex.Array:
         return x.reshape(x.shape[:2] + (self.num_heads, self.d_model // self.num_heads))
@@ -109,7 +109,7 @@ class MBartLayer(nn.Module):
             )
         self.ffn_norm = _layer_norm(cfg)
         self.ffn = MBartFeedForward(cfg, ffn_dim)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = dropout.Dropout(cfg.dropout)
 
     def init_cache(self, encoded: chex.Array, max_length: int) -> dict[str, chex.Array]:
         """Empty self-attention cache and precomputed cross-attention keys/values."""
@@ -168,7 +168,7 @@ class MBartFeedForward(nn.Module):
         hidden = _ACTIVATIONS[cfg.activation_function](
             _dense(cfg.lora, "fc1", self.hidden_dim, "fc1")(x)
         )
-        hidden = nn.Dropout(cfg.activation_dropout)(hidden, deterministic=deterministic)
+        hidden = dropout.Dropout(cfg.activation_dropout)(hidden, deterministic=deterministic)
         return _dense(cfg.lora, "fc2", cfg.d_model, "fc2")(hidden)
 
 
@@ -189,7 +189,7 @@ class MBartStack(nn.Module):
         self.layernorm_embedding = _layer_norm(cfg)
         self.layers = [MBartLayer(cfg, self.is_decoder) for _ in range(num_layers)]
         self.layer_norm = _layer_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = dropout.Dropout(cfg.dropout)
 
     def _embed(self, embedded: chex.Array, positions: chex.Array, deterministic: bool):
         x = embedded + self.embed_positions(positions + POSITION_OFFSET)

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import attention, lora
+from dpnmt.models import attention, dropout, lora
 from dpnmt.models.config import T5Config
 
 _ACTIVATIONS = {
@@ -93,7 +93,7 @@ class T5FeedForward(nn.Module):
             hidden = gate * dense("wi_1", cfg.d_ff, init_in)(x)
         else:
             hidden = act(dense("wi", cfg.d_ff, init_in)(x))
-        hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=deterministic)
+        hidden = dropout.Dropout(cfg.dropout_rate)(hidden, deterministic=deterministic)
         return dense("wo", cfg.d_model, init_out)(hidden)
 
 
@@ -114,7 +114,7 @@ class T5Attention(nn.Module):
         self.k = dense("k", inner, cfg.d_model**-0.5)
         self.v = dense("v", inner, cfg.d_model**-0.5)
         self.o = dense("o", cfg.d_model, inner**-0.5)
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = dropout.Dropout(cfg.dropout_rate)
 
     def _heads(self, x: chex.Array) -> chex.Array:
         return x.reshape(x.shape[:2] + (self.config.num_heads, self.config.d_kv))
@@ -161,7 +161,7 @@ class T5Block(nn.Module):
             self.cross_attention = T5Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.layer_norm_epsilon)
         self.ffn = T5FeedForward(cfg)
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = dropout.Dropout(cfg.dropout_rate)
 
     def init_cache(self, encoded: chex.Array, max_length: int) -> dict[str, chex.Array]:
         """Empty self-attention cache and precomputed cross-attention keys/values."""
@@ -229,7 +229,7 @@ class T5Stack(nn.Module):
         )
         self.block = [T5Block(cfg, self.is_decoder) for _ in range(num_blocks)]
         self.final_norm = RMSNorm(cfg.layer_norm_epsilon)
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = dropout.Dropout(cfg.dropout_rate)
 
     def position_bias(self, query_positions: chex.Array, key_positions: chex.Array) -> chex.Array:
         """Relative position bias [1, heads, q_len, k_len]."""
