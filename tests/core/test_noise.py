@@ -94,6 +94,24 @@ class AddGaussianNoiseTest(parameterized.TestCase):
         noised = core.add_gaussian_noise(tree, 0.1, jax.random.key(5))
         chex.assert_trees_all_equal_shapes_and_dtypes(noised, tree)
 
+    @parameterized.parameters(jnp.float32, jnp.bfloat16)
+    def test_noise_is_jax_random_normal_bit_for_bit(self, dtype):
+        tree = {"w": jnp.full((33, 17), 2.0, dtype), "b": [jnp.zeros((5,), dtype)]}
+        key = jax.random.key(9)
+
+        def reference(tree, key):  # The draws of jax.random.normal, as before core.threefry.
+            leaves, treedef = jax.tree_util.tree_flatten(tree)
+            keys = jax.random.split(key, len(leaves))
+            noised = [
+                (leaf.astype(jnp.float32) + jax.random.normal(k, leaf.shape) * 0.5).astype(dtype)
+                for leaf, k in zip(leaves, keys, strict=True)
+            ]
+            return jax.tree_util.tree_unflatten(treedef, noised)
+
+        for transform in (jax.jit, lambda f: f):
+            noised = transform(lambda t, k: core.add_gaussian_noise(t, 0.5, k))(tree, key)
+            chex.assert_trees_all_equal(noised, transform(reference)(tree, key))
+
     def test_zero_stddev_is_identity_and_negative_is_error(self):
         tree = {"w": jnp.arange(5.0)}
         chex.assert_trees_all_equal(core.add_gaussian_noise(tree, 0.0, jax.random.key(0)), tree)

@@ -9,19 +9,8 @@ import pytest
 from dpnmt.models import dropout
 
 
-@pytest.mark.parametrize("shape", [(1,), (7,), (3, 5), (2, 3, 4, 5), (4, 1, 8, 64)])
-def test_random_bits_equal_jax_random_bits(shape):
-    for seed in range(3):
-        key = jax.random.key(seed)
-        expected = jax.random.bits(key, shape, jnp.uint32)
-        np.testing.assert_array_equal(dropout.random_bits(key, shape), expected)
-        raw = jax.random.key_data(key)
-        np.testing.assert_array_equal(dropout.random_bits(raw, shape), expected)
-
-
 def test_other_key_implementations_take_jax_random():
     key = jax.random.key(0, impl="rbg")
-    assert dropout.random_bits(key, (4,)) is None
     mask = dropout.keep_mask(key, 0.9, (64, 64))
     np.testing.assert_array_equal(mask, jax.random.bernoulli(key, 0.9, (64, 64)))
 
