@@ -19,13 +19,16 @@ process taking turns with the others: a before/after in one run.
         --baseline_tree=/tmp/base                     # also jax@base, ghost@base
 
 Printed per cell: median step time, examples/s, tokens/s (source + target),
-peak RSS, and for JAX modes XLA's compiled temporary memory; then the ratios
+peak RSS of the one-step process (compilation included), step RSS (the peak
+of its steps alone: after compiling, freed heap is returned to the OS and the
+peak count restarted), and for JAX modes XLA's compiled temporary memory; then the ratios
 DP/non-private, JAX/PyTorch, ours (ghost) / Opacus, and with `--baseline_tree`
 each JAX mode / the same mode from the baseline checkout. `--capacity_mib` adds, per JAX mode,
 the largest physical batch (doubling from 8) whose peak RSS stays under the cap.
 A cell that exceeds `--timeout_s` or fails is reported as skipped, with why.
 """
 
+import ctypes
 import json
 import os
 import pathlib
@@ -80,6 +83,27 @@ L2_CLIP, SIGMA, LEARNING_RATE, DROPOUT = 1.0, 1.0, 1e-3, 0.1
 
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _start_step_peak() -> bool:
+    """Returns freed heap to the OS and restarts the peak-RSS count (Linux); False if it can't.
+
+    XLA's compiler frees most of what it allocates, but glibc keeps it resident:
+    without this the steps' peak would include the compiler's.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # Resets VmHWM (and ru_maxrss) to the current RSS.
+    except OSError:
+        return False
+    return True
+
+
+def _step_peak_rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["VmHWM"].split()[0]) / 1024
 
 
 def _jax_cell(model_name: str, batch: int, seq: int, mode: str):
@@ -255,9 +279,13 @@ def _build(cell: str) -> tuple[dict, dict]:
 def _worker(cell: str, steps: int) -> None:
     """Times the cell's modes taking turns in this process (the one-step RSS runs)."""
     runs, results = _build(cell)
+    build_peak = _peak_rss_mib()  # Before the reset, which also resets ru_maxrss.
+    measured = _start_step_peak()
     for mode, times in time_interleaved(runs, steps).items():
         results[mode]["times"] = times
-    print("RESULT " + json.dumps({"modes": results, "peak_rss_mib": _peak_rss_mib()}))
+    step_rss = _step_peak_rss_mib() if measured else None
+    peaks = {"peak_rss_mib": max(build_peak, _peak_rss_mib()), "step_rss_mib": step_rss}
+    print("RESULT " + json.dumps({"modes": results, **peaks}))
 
 
 def _serve(cell: str) -> None:
@@ -401,6 +429,7 @@ def _run_cell(model_name: str, batch: int, seq: int, modes: list[str], steps: in
             continue
         result, why = _subprocess(model_name, batch, seq, [mode], steps=1)
         rows[mode]["peak_rss_mib"] = result["peak_rss_mib"] if result else None
+        rows[mode]["step_rss_mib"] = result["step_rss_mib"] if result else None
         if result is None:
             rows[mode]["rss_skipped"] = why
     return list(rows.values())
@@ -421,6 +450,9 @@ def _ratios(rows: list[dict]) -> list[dict]:
                 if modes[dp]["peak_rss_mib"] and modes[base]["peak_rss_mib"]:
                     rss = modes[dp]["peak_rss_mib"] / modes[base]["peak_rss_mib"]
                     entry[f"{dp}/jax rss"] = rss
+                if modes[dp].get("step_rss_mib") and modes[base].get("step_rss_mib"):
+                    rss = modes[dp]["step_rss_mib"] / modes[base]["step_rss_mib"]
+                    entry[f"{dp}/jax step rss"] = rss
                 temp = modes[dp]["xla_temp_mib"] / modes[base]["xla_temp_mib"]
                 entry[f"{dp}/jax xla temp"] = temp
         if "jax" in modes and "torch" in modes:
@@ -461,7 +493,7 @@ def _capacity(model_name: str, seq: int, mode: str) -> dict:
 def _print_table(rows: list[dict], ratios: list[dict], capacity: list[dict]) -> None:
     print(
         f"{'model':<9} {'batch':>5} {'seq':>4} {'mode':<16} {'step ms':>9} {'ex/s':>8} "
-        f"{'tok/s':>9} {'peak RSS MiB':>12} {'XLA temp MiB':>12}"
+        f"{'tok/s':>9} {'peak RSS MiB':>12} {'step RSS MiB':>12} {'XLA temp MiB':>12}"
     )
     for row in rows:
         head = f"{row['model']:<9} {row['batch']:>5} {row['seq']:>4} {row['mode']:<16}"
@@ -470,9 +502,10 @@ def _print_table(rows: list[dict], ratios: list[dict], capacity: list[dict]) -> 
             continue
         temp = f"{row['xla_temp_mib']:>12.0f}" if "xla_temp_mib" in row else f"{'':>12}"
         rss = f"{row['peak_rss_mib']:>12.0f}" if row.get("peak_rss_mib") else f"{'-':>12}"
+        step_rss = f"{row['step_rss_mib']:>12.0f}" if row.get("step_rss_mib") else f"{'-':>12}"
         print(
             f"{head} {row['median_s'] * 1e3:>9.1f} {row['examples_per_s']:>8.1f} "
-            f"{row['tokens_per_s']:>9.0f} {rss} {temp}"
+            f"{row['tokens_per_s']:>9.0f} {rss} {step_rss} {temp}"
         )
     print("\nratios (same run, side by side)")
     for entry in ratios:
