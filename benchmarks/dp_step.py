@@ -95,7 +95,7 @@ def _start_step_peak() -> bool:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # Resets VmHWM (and ru_maxrss) to the current RSS.
-    except OSError:
+    except (OSError, AttributeError):  # No glibc, or no /proc.
         return False
     return True
 

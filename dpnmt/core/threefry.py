@@ -63,9 +63,16 @@ def _key_words(key: chex.Array) -> chex.Array | None:
         if key.shape != () or str(jax.random.key_impl(key)) != "threefry2x32":
             return None
         return jax.random.key_data(key)
-    if key.dtype == jnp.uint32 and key.shape == (2,):
-        return key
+    # A raw key means the default implementation, as in jax.random.
+    default_is_threefry = jax.config.jax_default_prng_impl == "threefry2x32"
+    if key.dtype == jnp.uint32 and key.shape == (2,) and default_is_threefry:
+        if jax.config.jax_legacy_prng_key != "error":
+            return key
     return None
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.prod(shape[axis + 1 :]) for axis in range(len(shape)))
 
 
 def random_bits(key: chex.Array, shape: tuple[int, ...]) -> chex.Array | None:
@@ -84,7 +91,9 @@ def random_bits(key: chex.Array, shape: tuple[int, ...]) -> chex.Array | None:
         return None
     # jax's partitionable Threefry hashes the 64-bit element index (high, low
     # words) and XORs the two output words.
-    counter = lax.iota(np.uint32, size).reshape(shape)
+    counter = jnp.zeros(shape, np.uint32)  # Row-major element index, as SPMD-partitionable iotas.
+    for axis, stride in enumerate(_strides(shape)):
+        counter = counter + lax.broadcasted_iota(np.uint32, shape, axis) * np.uint32(stride)
     high, low = threefry2x32(words, jnp.zeros(shape, np.uint32), counter)
     return high ^ low
 

@@ -24,7 +24,8 @@ from dpnmt.core import threefry
 
 def keep_mask(rng: chex.Array, keep_prob: float, shape: tuple[int, ...]) -> chex.Array:
     """`jax.random.bernoulli(rng, keep_prob, shape)`: boolean mask of `shape`."""
-    bits = threefry.random_bits(rng, shape)
+    # flax passes a Python float, which x64 mode samples as float64 from 64 bits.
+    bits = None if jax.config.jax_enable_x64 else threefry.random_bits(rng, shape)
     if bits is None:
         return jax.random.bernoulli(rng, p=keep_prob, shape=shape)
     # bernoulli keeps where uniform = (bits >> 9) * 2**-23 < float32(keep_prob):
@@ -54,6 +55,14 @@ class Dropout(nn.Module):
     ) -> chex.Array:
         """Masks `inputs` (any shape) and scales what is kept by 1 / (1 - rate)."""
         deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"Dropout rate must be in [0, 1], got {self.rate}.")
+        for dim in self.broadcast_dims:
+            if not -inputs.ndim <= dim < inputs.ndim:
+                raise ValueError(
+                    f"Dropout broadcast_dims {self.broadcast_dims} out of range for an input "
+                    f"of rank {inputs.ndim}."
+                )
         if self.rate == 0.0 or deterministic:
             return inputs
         if self.rate == 1.0:

@@ -52,3 +52,21 @@ def test_normal_moments():
     sample = threefry.normal(jax.random.key(11), (1024, 1024))
     assert abs(float(jnp.mean(sample))) < 6 * 2**-10
     assert abs(float(jnp.var(sample)) - 1.0) < 6 * (2 / 2**20) ** 0.5
+
+
+def test_zero_size_and_too_large_shapes():
+    key = jax.random.key(4)
+    for shape in [(0,), (3, 0), (0, 5)]:
+        np.testing.assert_array_equal(threefry.normal(key, shape), jax.random.normal(key, shape))
+    assert threefry.random_bits(key, (2**16, 2**16)) is None  # Declined before allocating.
+
+
+def test_declines_when_jax_would_draw_otherwise():
+    key = jax.random.key(5)
+    with jax.threefry_partitionable(False):  # Another counter layout.
+        assert threefry.normal(key, (4,)) is None
+    raw = jax.random.key_data(key)
+    with jax.legacy_prng_key("error"):  # jax refuses raw keys.
+        assert threefry.random_bits(raw, (4,)) is None
+    with jax.default_prng_impl("rbg"):  # A raw key would be an rbg key.
+        assert threefry.random_bits(jnp.zeros((2,), jnp.uint32), (4,)) is None

@@ -52,3 +52,35 @@ def test_keep_fraction_matches_rate():
     # 2**20 Bernoulli(0.9) draws: the standard deviation of the kept fraction is 3e-4.
     mask = dropout.keep_mask(jax.random.key(3), 0.9, (1024, 1024))
     assert abs(float(jnp.mean(mask)) - 0.9) < 6 * (0.9 * 0.1 / 2**20) ** 0.5
+
+
+def test_threshold_agrees_with_bernoulli_on_every_mantissa(monkeypatch):
+    # Random masks would miss an off-by-one in the threshold (probability 2**-23
+    # per element): feed every 23-bit mantissa through keep_mask instead.
+    mantissas = np.arange(2**23, dtype=np.uint32)
+    monkeypatch.setattr(
+        dropout.threefry, "random_bits", lambda rng, shape: jnp.asarray(mantissas << 9)
+    )
+    uniform = mantissas.astype(np.float64) * 2.0**-23  # What bernoulli compares, exactly.
+    for keep_prob in (0.9, 0.5, 0.7, 1 - 1e-7, 1e-7, 0.3, 2.0**-23, 1 - 2.0**-24):
+        mask = np.asarray(dropout.keep_mask(jax.random.key(0), keep_prob, mantissas.shape))
+        np.testing.assert_array_equal(mask, uniform < np.float32(keep_prob))
+
+
+def test_x64_masks_equal_flax():
+    # With x64, flax's bernoulli samples a float64 uniform: keep_mask must follow it.
+    with jax.enable_x64(True):
+        x = jnp.ones((64, 64), jnp.float32)
+        rngs = {"dropout": jax.random.key(6)}
+        ours = dropout.Dropout(0.3).apply({}, x, deterministic=False, rngs=rngs)
+        theirs = nn.Dropout(0.3).apply({}, x, deterministic=False, rngs=rngs)
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "rate, dims, match", [(1.5, (), "rate"), (-0.1, (), "rate"), (0.1, (2,), "broadcast_dims")]
+)
+def test_invalid_rate_or_broadcast_dims_are_refused(rate, dims, match):
+    module = dropout.Dropout(rate, broadcast_dims=dims)
+    with pytest.raises(ValueError, match=match):
+        module.apply({}, jnp.ones((3, 4)), deterministic=False, rngs={"dropout": jax.random.key(0)})
