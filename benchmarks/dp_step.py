@@ -94,7 +94,7 @@ def _start_step_peak() -> bool:
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # Resets VmHWM (and ru_maxrss) to the current RSS.
+            f.write("5")  # Resets VmHWM to the current RSS (ru_maxrss too, unless a thread exits).
     except (OSError, AttributeError):  # No glibc, or no /proc.
         return False
     return True
@@ -279,7 +279,7 @@ def _build(cell: str) -> tuple[dict, dict]:
 def _worker(cell: str, steps: int) -> None:
     """Times the cell's modes taking turns in this process (the one-step RSS runs)."""
     runs, results = _build(cell)
-    build_peak = _peak_rss_mib()  # Before the reset, which also resets ru_maxrss.
+    build_peak = _peak_rss_mib()  # Before the reset, which usually resets ru_maxrss too.
     measured = _start_step_peak()
     for mode, times in time_interleaved(runs, steps).items():
         results[mode]["times"] = times
