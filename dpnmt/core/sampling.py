@@ -219,9 +219,9 @@ def poisson_lot(
         exception: the call (or the first `block_until_ready` of its result)
         raises `jax.errors.JaxRuntimeError` (a `RuntimeError`) whose message
         contains `OverflowError: A Poisson lot exceeded its capacity`, and
-        returns no value. `"flag"`: the result's `overflow` is True and the lot is truncated: the caller must check it
-        and discard the lot (e.g. under `jax.experimental.checkify`). Never
-        silently dropped.
+        returns no value. `"flag"`: the result's `overflow` is True and the
+        lot is truncated: the caller must check it and discard the lot
+        (e.g. under `jax.experimental.checkify`). Never silently dropped.
 
     Returns:
       `MicroBatches` with indices and mask `[max_microbatches, microbatch_size]`.
