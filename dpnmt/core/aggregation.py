@@ -3,15 +3,23 @@
 For projects that already have an optax chain and compute per-example
 gradients themselves:
 
+    noise_key = key_from_seed(fresh_seed())  # secret: never saved with the state
     tx = optax.chain(dp_aggregate(l2_clip=1.0, noise_multiplier=1.1,
-                                  expected_lot_size=256, seed=fresh_seed()),
+                                  expected_lot_size=256),
                      optax.adam(1e-3))
-    updates, state = tx.update(per_example_grads, state, params, mask=mask)
+    state = tx.init(params)  # public: a release counter and adam's moments
+    updates, state = tx.update(per_example_grads, state, params, mask=mask,
+                               noise_key=noise_key)
 
 One `dp_aggregate` update releases one lot. To build a lot from fixed-shape
 micro-batches, use `dp_accumulate_aggregate`: each update adds one masked
 micro-batch and only the one with `release=True` noises and releases, so a
 lot of any size runs the same compiled program.
+
+The noise key is an argument of every `update`, never part of the state:
+optimizer state is routinely checkpointed and shared, and whoever holds the
+key regenerates each step's noise and subtracts it (ε = ∞). The state holds
+only public values (see each state's docstring for the one exception).
 
 Why not `optax.MultiSteps` for Poisson lots: it applies an update after a
 FIXED number `every_k_schedule` of micro-steps, while a Poisson lot's number
@@ -28,23 +36,62 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from dpnmt.core import accumulation, clipping, noise, validation
 
 
 class DpAggregateState(NamedTuple):
-    """State of `dp_aggregate`: the run's noise key and the number of lots released."""
+    """State of `dp_aggregate`: public, safe to checkpoint and publish.
 
-    base_key: chex.PRNGKey
-    count: chex.Array  # int32 scalar: lots released so far (the step).
+    Attributes:
+      count: int32 scalar, lots released so far (the step). Release k draws
+        its noise with `noise_key_for_step(noise_key, k)`.
+    """
+
+    count: chex.Array
+
+
+def _step_key(noise_key, count) -> chex.PRNGKey:
+    if noise_key is None:
+        raise ValueError(
+            "update needs noise_key=, the run's secret noise key "
+            "(core.key_from_seed(core.fresh_seed())), passed to every update and kept "
+            "out of the optimizer state and checkpoints."
+        )
+    return noise.noise_key_for_step(noise_key, count)
+
+
+def _check_per_example(grads: chex.ArrayTree, shapes: chex.ArrayTree, what: str) -> None:
+    """Raises ValueError unless every leaf of `grads` is `[B, *shape]` for `shapes`' leaf."""
+    grad_paths, grad_def = jax.tree_util.tree_flatten_with_path(grads)
+    want_leaves, want_def = jax.tree_util.tree_flatten(shapes)
+    if grad_def != want_def:
+        raise ValueError(
+            f"per_example_grads has tree structure {grad_def} but {what} has {want_def}: "
+            "pass one gradient leaf per parameter, with a leading per-example axis."
+        )
+    batch = {np.shape(leaf)[:1] for _, leaf in grad_paths}
+    for (path, leaf), want in zip(grad_paths, want_leaves, strict=True):
+        if np.shape(leaf)[1:] != np.shape(want) or np.ndim(leaf) != np.ndim(want) + 1:
+            raise ValueError(
+                f"per_example_grads{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, "
+                f"but the {what} leaf has shape {np.shape(want)}: it needs a leading "
+                f"per-example axis, [B, *{np.shape(want)}]. Pass per-example gradients "
+                "(e.g. jax.vmap(jax.grad(loss), in_axes=(None, 0))), not a batch gradient."
+            )
+    if len(batch) != 1:
+        raise ValueError(
+            f"per_example_grads leaves have different per-example axes {sorted(batch)}; "
+            "every leaf needs the same leading size B."
+        )
 
 
 def dp_aggregate(
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    seed: int,
 ) -> optax.GradientTransformationExtraArgs:
     """Clip per-example gradients, sum, add N(0, σ²C²) once, divide by L.
 
@@ -52,14 +99,18 @@ def dp_aggregate(
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
-      seed: integer seed of the noise key sequence. The key of release k is
-        `noise_key_for_step(key_from_seed(seed), k)`, so restoring the state resumes
-        the sequence. Use `fresh_seed()` for a release run.
 
     Returns:
-      A transformation whose `update(per_example_grads, state, params=None,
-      mask=None)` takes gradients with a leading batch axis `[B, ...]` and an
-      optional `[B]` mask, and returns the noisy average gradient.
+      A transformation whose `update(per_example_grads, state, params, *,
+      noise_key, mask=None)` takes gradients with a leading per-example axis
+      (every leaf `[B, *param.shape]`, B >= 1), the parameters (only their
+      shapes are read, to check that axis), the run's secret noise key
+      (`key_from_seed(fresh_seed())`, the same every update: release k uses
+      `noise_key_for_step(noise_key, k)`) and an optional `[B]` 0/1 mask, and
+      returns the noisy average gradient. Inside `optax.chain`, pass
+      `noise_key=` (and `mask=`) to the chain's `update`. The state
+      (`DpAggregateState`) holds no key: it is safe to save and publish. The
+      noise key is secret: keep it (or its seed) out of checkpoints and logs.
     """
     validation.check_positive("l2_clip", l2_clip)
     validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
@@ -67,17 +118,24 @@ def dp_aggregate(
 
     def init_fn(params):
         del params
-        return DpAggregateState(noise.key_from_seed(seed), jnp.zeros((), jnp.int32))
+        return DpAggregateState(jnp.zeros((), jnp.int32))
 
-    def update_fn(updates, state, params=None, *, mask=None, **extra_args):
-        del params, extra_args
+    def update_fn(updates, state, params=None, *, noise_key=None, mask=None, **extra_args):
+        del extra_args
+        if params is None:
+            raise ValueError(
+                "dp_aggregate's update needs params (only their shapes are read, to check "
+                "that every gradient leaf has the per-example axis): "
+                "tx.update(per_example_grads, state, params, noise_key=...)."
+            )
+        _check_per_example(updates, params, "params")
+        step_key = _step_key(noise_key, state.count)
         grad_sum, _ = clipping.clip_and_sum(updates, l2_clip, mask)
         lot = accumulation.AccumulatorState(grad_sum, jnp.zeros((), jnp.int32))
-        step_key = noise.noise_key_for_step(state.base_key, state.count)
         noisy = accumulation.noisy_average(
             lot, step_key, noise_multiplier, l2_clip, expected_lot_size
         )
-        return noisy, DpAggregateState(state.base_key, state.count + 1)
+        return noisy, DpAggregateState(state.count + 1)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -92,13 +150,15 @@ class DpAccumulateState(NamedTuple):
     """State of `dp_accumulate_aggregate`.
 
     Attributes:
-      base_key: the run's noise key.
-      count: int32 scalar, lots released so far (the step).
-      accumulator: the current lot's clipped sum so far. Its `num_examples` is
-        private: never log it.
+      count: int32 scalar, lots released so far (the step). Public.
+      accumulator: the current lot's clipped sum so far and its number of
+        examples. PRIVATE between releases (an un-noised sum of the lot's
+        examples, and the realised lot size): save or publish the state only
+        right after a release, when the accumulator is back to zero.
+
+    The state holds no key.
     """
 
-    base_key: chex.PRNGKey
     count: chex.Array
     accumulator: accumulation.AccumulatorState
 
@@ -107,7 +167,6 @@ def dp_accumulate_aggregate(
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    seed: int,
 ) -> optax.GradientTransformationExtraArgs:
     """Accumulate clipped micro-batches; noise once and divide by L when the lot ends.
 
@@ -115,47 +174,47 @@ def dp_accumulate_aggregate(
     fixed, their number may vary from lot to lot) with `release=False`, and
     with `release=True` on the lot's last one: that call returns
     `noisy_average` of the lot's accumulated clipped sum with the key
-    `noise_key_for_step(key_from_seed(seed), k)` for lot k, and resets the
+    `noise_key_for_step(noise_key, k)` for lot k, and resets the
     accumulator; the other calls return zeros (so a following optimizer must
     only be stepped on release, e.g. apply the updates only then). An empty
     Poisson lot is one call with an all-zero mask and `release=True`: it
     releases noise only, as the accountant assumed a step.
 
     Formal guarantee: as `noisy_average`, provided each example of the lot
-    appears in at most one micro-batch and padding rows have mask 0.
+    appears in at most one micro-batch, padding rows have mask 0, and
+    `noise_key` stays secret.
 
     Args:
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
-      seed: integer seed of the noise key sequence; `fresh_seed()` for a release.
 
     Returns:
       A transformation whose `update(per_example_grads, state, params=None, *,
-      mask=None, release)` takes one micro-batch's gradients `[b, ...]`, an
-      optional `[b]` mask and a bool scalar `release` (may be traced).
+      noise_key, mask=None, release)` takes one micro-batch's gradients (every
+      leaf `[b, *param.shape]`), the run's secret noise key (the same every
+      call; `key_from_seed(fresh_seed())`), an optional `[b]` mask and a bool
+      scalar `release` (may be traced). The state holds no key (see
+      `DpAccumulateState` for what is private in it).
     """
     validation.check_positive("l2_clip", l2_clip)
     validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
     validation.check_positive("expected_lot_size", expected_lot_size)
 
     def init_fn(params):
-        return DpAccumulateState(
-            noise.key_from_seed(seed),
-            jnp.zeros((), jnp.int32),
-            accumulation.init_accumulator(params),
-        )
+        return DpAccumulateState(jnp.zeros((), jnp.int32), accumulation.init_accumulator(params))
 
-    def update_fn(updates, state, params=None, *, mask=None, release, **extra_args):
+    def update_fn(updates, state, params=None, *, noise_key=None, mask=None, release, **extra_args):
         del params, extra_args
+        _check_per_example(updates, state.accumulator.grad_sum, "accumulator (params)")
+        step_key = _step_key(noise_key, state.count)
         grad_sum, _ = clipping.clip_and_sum(updates, l2_clip, mask)
         lot = accumulation.accumulate(state.accumulator, grad_sum, _num_real(updates, mask))
         empty = accumulation.init_accumulator(lot.grad_sum)
 
         def emit(lot):
-            key = noise.noise_key_for_step(state.base_key, state.count)
             return accumulation.noisy_average(
-                lot, key, noise_multiplier, l2_clip, expected_lot_size
+                lot, step_key, noise_multiplier, l2_clip, expected_lot_size
             )
 
         def hold(lot):
@@ -165,6 +224,6 @@ def dp_accumulate_aggregate(
         out = jax.lax.cond(release, emit, hold, lot)
         kept = jax.tree_util.tree_map(lambda e, a: jnp.where(release, e, a), empty, lot)
         count = state.count + release.astype(jnp.int32)
-        return out, DpAccumulateState(state.base_key, count, kept)
+        return out, DpAccumulateState(count, kept)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)

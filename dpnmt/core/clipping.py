@@ -23,14 +23,17 @@ def per_example_l2_norms(per_example_grads: chex.ArrayTree) -> chex.Array:
       float32 array `[B]`: for each example, the L2 norm over all its leaves.
       A non-finite entry (NaN or inf) means that example's gradient is
       non-finite, or its squared norm overflows float32 (norm > ~1.8e19).
+
+    Raises:
+      ValueError: no leaves, a leaf without the batch axis, leaves with
+        different leading sizes, or B = 0.
     """
     leaves = jax.tree_util.tree_leaves(per_example_grads)
     if not leaves:
         raise ValueError("per_example_grads has no leaves.")
-    batch_size = leaves[0].shape[0]
+    batch_size = validation.check_batch_axis("per_example_grads", per_example_grads)
     squared = jnp.zeros((batch_size,), jnp.float32)
     for leaf in leaves:
-        chex.assert_axis_dimension(leaf, 0, batch_size)
         leaf = leaf.astype(jnp.float32).reshape(batch_size, -1)
         squared = squared + jnp.sum(jnp.square(leaf), axis=1)
     return jnp.sqrt(squared)

@@ -7,7 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import accumulation, private_grad, sampling
+from dpnmt.core import accumulation, private_grad, sampling, validation
 
 
 def private_lot_gradient(
@@ -41,7 +41,8 @@ def private_lot_gradient(
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example.
       params: trainable parameters.
-      examples: pytree of the whole data set, every leaf `[N, ...]`.
+      examples: pytree of the whole data set, every leaf `[N, ...]` with N =
+        `lot.num_examples`.
       lot: the lot's `MicroBatches` (indices and mask `[K, b]`).
       key: this step's noise key (`noise_key_for_step`); never reuse it.
       l2_clip: clipping norm C > 0.
@@ -56,7 +57,21 @@ def private_lot_gradient(
     Returns:
       Pytree like `params`: the noisy average gradient of the lot (NaN if the
       lot overflowed).
+
+    Raises:
+      ValueError: the leaves of `examples` differ in their leading axis, or it
+        is not the N the lot was drawn for (`lot.num_examples`): JAX clamps
+        out-of-range indices, so a lot drawn for a larger N would count the
+        last row many times (sensitivity far above C).
     """
+    num_examples = validation.check_batch_axis("examples", examples)
+    if num_examples != lot.num_examples:
+        raise ValueError(
+            f"the lot was drawn for num_examples = {lot.num_examples} but examples has "
+            f"{num_examples} rows: draw the lot for this data set (poisson_lot(key, "
+            f"{num_examples}, ...), to_microbatches(..., num_examples={num_examples})) or "
+            "pass the data set it was drawn for."
+        )
 
     def body(k, acc):
         rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)

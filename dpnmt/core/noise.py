@@ -1,5 +1,6 @@
 """Gaussian noise for pytrees, and the key schedule that keeps noise fresh."""
 
+import numbers
 import secrets
 
 import chex
@@ -67,30 +68,60 @@ def noise_key_for_step(base_key: chex.PRNGKey, step) -> chex.PRNGKey:
     return jax.random.fold_in(base_key, step)
 
 
-def key_from_seed(seed: int) -> chex.PRNGKey:
+def key_from_seed(seed: int, *, allow_fixed_seed_for_testing: bool = False) -> chex.PRNGKey:
     """A threefry PRNG key that depends on every bit of `seed`, however large.
 
     `jax.random.key(seed)` keeps only the low 32 bits unless 64-bit mode is on,
     and folding in a fixed number of words would drop the bits above them. The
     whole integer goes through `numpy.random.SeedSequence` (a hash of all its
-    bits), whose first two 32-bit words become the key data. A threefry key
-    holds 64 bits: the secret (128 bits from `fresh_seed`) stays the thing to
-    protect, and no two seeds that differ anywhere share a key by construction.
+    bits), whose first two 32-bit words become the key data.
+
+    A threefry key holds 64 bits, so the key is a 64-bit hash of the seed: two
+    different seeds share a key with probability about 2**-64 (per pair), and
+    an adversary who could test 2**64 keys against a release would find the
+    key without the seed. The key, not the seed, is what the noise draws use:
+    the noise's secrecy is 64 bits of key, whatever the seed's size. The seed
+    is still the secret to protect (with the key): whoever holds either
+    regenerates every step's noise and subtracts it, which voids the privacy
+    guarantee (ε = ∞).
+
+    Seeds below 2**64 are refused: `fresh_seed` never returns one, so such a
+    seed was typed in, counted or truncated, and is not secret.
 
     Args:
-      seed: non-negative integer (e.g. from `fresh_seed()`), any size.
+      seed: integer (Python or NumPy) from `fresh_seed()`, any size >= 2**64.
+      allow_fixed_seed_for_testing: accept a small seed (tests, and runs whose
+        noise need not be secret: they get no privacy).
 
     Returns:
-      A PRNG key (impl threefry2x32).
+      A PRNG key (impl threefry2x32). Secret: never log, save or publish it.
+
+    Raises:
+      TypeError: `seed` is not an integer (a float or bool, e.g. 1.5 or True).
+      ValueError: `seed` is negative, or below 2**64 without the testing flag.
     """
+    if isinstance(seed, bool | np.bool_) or not isinstance(seed, numbers.Integral):
+        raise TypeError(
+            f"seed must be an integer (use core.fresh_seed()), got {type(seed).__name__}: a "
+            "float or bool would be rounded, so different values would share one key."
+        )
     seed = int(seed)
     if seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed}.")
+    if seed < FIXED_SEED_BOUND and not allow_fixed_seed_for_testing:
+        raise ValueError(
+            "seed is below 2**64, so it is fixed or truncated, not a secret 128-bit seed "
+            "(core.fresh_seed() never returns one): whoever knows it rebuilds the noise and "
+            "the privacy guarantee is void. Use core.fresh_seed() and keep the seed "
+            "secret; tests may pass allow_fixed_seed_for_testing=True."
+        )
     words = np.random.SeedSequence(seed).generate_state(2, np.uint32)
     return jax.random.wrap_key_data(jnp.asarray(words), impl="threefry2x32")
 
 
 SEED_BITS = 128
+# Seeds below this look fixed: a fresh 128-bit seed is that small with probability 2**-64.
+FIXED_SEED_BOUND = 2**64
 
 
 def fresh_seed() -> int:
@@ -98,6 +129,11 @@ def fresh_seed() -> int:
 
     Fixed seeds void the guarantee (anyone holding one rebuilds the noise); a
     run whose ε is published draws its seed here and keeps it private. Turn it
-    into a key with `key_from_seed`, which reads all its bits.
+    into a key with `key_from_seed`, which reads all its bits. The seed is
+    uniform on [2**64, 2**128) (a draw below 2**64, probability 2**-64, is
+    redrawn), so `key_from_seed` never mistakes it for a fixed seed.
     """
-    return secrets.randbits(SEED_BITS)
+    while True:
+        seed = secrets.randbits(SEED_BITS)
+        if seed >= FIXED_SEED_BOUND:
+            return seed

@@ -14,7 +14,6 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from dpnmt.core import accumulation, ghost, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
@@ -49,16 +48,6 @@ def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
         stacklevel=4,
     )
     return _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
-
-
-def _batch_size(batch: Any) -> int:
-    """B, the leading axis every leaf of `batch` shares."""
-    sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in jax.tree.leaves(batch)}
-    if len(sizes) != 1 or None in sizes:
-        raise ValueError(
-            f"every leaf of batch needs the same leading (batch) axis; got leading sizes {sizes}."
-        )
-    return sizes.pop()
 
 
 def _check_scalar_loss(loss_fn, params, batch, key) -> None:
@@ -126,7 +115,7 @@ def private_grad_sum(
       TypeError: `l2_clip` is traced (an argument of `jax.jit`).
       ValueError: bad `clipping`, `microbatch_size`, `l2_clip`, `mask` (shape
         other than `[B]`, or concrete entries other than 0/1), batch leaves of
-        different lengths, or a `loss_fn` that does not return a scalar.
+        different lengths, an empty batch (B = 0), or a `loss_fn` that does not return a scalar.
 
     Returns:
       `(grad_sum, norms, mean_loss)`: the clipped sum (structure of `params`),
@@ -136,7 +125,7 @@ def private_grad_sum(
     if clipping not in CLIPPING_METHODS:
         raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
     l2_clip = validation.check_positive("l2_clip", l2_clip)
-    batch_size = _batch_size(batch)
+    batch_size = validation.check_batch_axis("batch", batch)
     validation.check_mask(mask, batch_size)
     mask = jnp.asarray(mask)
     _check_scalar_loss(loss_fn, params, batch, key)

@@ -17,19 +17,30 @@ permutation per epoch into lots of exactly L examples: they are accounted with
 `compute_epsilon_shuffled`, not the Poisson bound.
 """
 
-from typing import NamedTuple
+import dataclasses
+import functools
 
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpnmt.core import validation
 
 OVERFLOW_POLICIES = ("raise", "flag")
 
 
-class MicroBatches(NamedTuple):
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["indices", "mask", "num_microbatches", "overflow"],
+    meta_fields=["num_examples"],
+)
+@dataclasses.dataclass(frozen=True)
+class MicroBatches:
     """One lot as fixed-shape micro-batches of example indices.
+
+    A pytree: the arrays are its leaves, `num_examples` is static (part of
+    the tree structure, so `jax.jit` keeps it a Python int).
 
     Attributes:
       indices: int32 `[num_microbatches, microbatch_size]`, indices into the
@@ -41,6 +52,10 @@ class MicroBatches(NamedTuple):
         least one real row; the rest are all padding and may be skipped.
       overflow: bool scalar, True if the lot did not fit (only with
         `on_overflow="flag"`; the lot is then truncated and must not be used).
+      num_examples: N, the size of the data set the lot was drawn from
+        (static Python int). `private_lot_gradient` refuses data of another
+        size: indices drawn for a larger N would be clamped to its last row,
+        counting that row many times.
 
     The realised lot size (`mask.sum()`) and `num_microbatches` are private:
     never log them.
@@ -50,6 +65,7 @@ class MicroBatches(NamedTuple):
     mask: chex.Array
     num_microbatches: chex.Array
     overflow: chex.Array
+    num_examples: int
 
 
 def poisson_mask(key: chex.PRNGKey, num_examples: int, sampling_rate: float) -> chex.Array:
@@ -87,30 +103,63 @@ def to_microbatches(
     valid: chex.Array,
     microbatch_size: int,
     num_microbatches: int,
+    *,
+    num_examples: int,
 ) -> MicroBatches:
     """Packs a lot's indices into `[num_microbatches, microbatch_size]` masked rows.
 
+    The real rows (`valid` True) are packed first, in their order, then the
+    padding; `valid` may be any mask (not only a prefix), and no real row is
+    ever left out of the leading `num_microbatches` micro-batches.
+
     Args:
-      indices: int `[M]`, M <= num_microbatches × microbatch_size; the real
-        indices come first, then padding (any value: it is replaced by 0).
-      valid: bool `[M]`, True for real rows; must be a prefix (True then False).
+      indices: int `[M]`, M <= num_microbatches × microbatch_size, each real
+        one in [0, num_examples); padding entries may hold any value (they
+        become 0).
+      valid: bool `[M]`, True for real rows.
       microbatch_size: b, rows per micro-batch (static).
       num_microbatches: K, micro-batches in the result (static).
+      num_examples: N, the size of the data set the indices point into
+        (static); the lot carries it so that a step refuses data of another
+        size.
 
     Returns:
       `MicroBatches` with `overflow` False.
+
+    Raises:
+      ValueError: more than K·b indices, `valid` not `[M]`, or (for concrete
+        indices) a real index outside [0, N). Traced indices cannot be
+        checked: keep them in range (`poisson_lot` and `shuffled_lots` do).
     """
     validation.check_num_steps("microbatch_size", microbatch_size)
     validation.check_num_steps("num_microbatches", num_microbatches)
+    num_examples = validation.check_num_steps("num_examples", num_examples)
     capacity = microbatch_size * num_microbatches
+    if jnp.ndim(indices) != 1:
+        raise ValueError(f"indices must be 1-D [M], got shape {jnp.shape(indices)}.")
+    if jnp.shape(valid) != jnp.shape(indices):
+        raise ValueError(
+            f"valid has shape {jnp.shape(valid)} but indices {jnp.shape(indices)}: pass one "
+            "bool per index (True: a real row)."
+        )
     if indices.shape[0] > capacity:
         raise ValueError(
             f"{indices.shape[0]} indices do not fit in num_microbatches × microbatch_size = "
             f"{capacity}; raise num_microbatches."
         )
+    if validation.is_concrete(indices) and validation.is_concrete(valid):
+        real = np.asarray(indices)[np.asarray(valid, bool)]
+        if real.size and (real.min() < 0 or real.max() >= num_examples):
+            raise ValueError(
+                f"a real index lies outside [0, num_examples = {num_examples}): the lot was "
+                "drawn for another data set; pass that data set's size as num_examples."
+            )
+    valid = jnp.asarray(valid, bool)
+    # Stable compaction: real rows first, in order, so the leading micro-batches hold them all.
+    order = jnp.argsort(~valid, stable=True)
     pad = capacity - indices.shape[0]
-    valid = jnp.pad(jnp.asarray(valid, bool), (0, pad))
-    indices = jnp.where(valid, jnp.pad(jnp.asarray(indices, jnp.int32), (0, pad)), 0)
+    valid = jnp.pad(valid[order], (0, pad))
+    indices = jnp.where(valid, jnp.pad(jnp.asarray(indices, jnp.int32)[order], (0, pad)), 0)
     shape = (num_microbatches, microbatch_size)
     lot_size = jnp.sum(valid, dtype=jnp.int32)
     return MicroBatches(
@@ -118,6 +167,7 @@ def to_microbatches(
         mask=valid.astype(jnp.float32).reshape(shape),
         num_microbatches=(lot_size + microbatch_size - 1) // microbatch_size,
         overflow=jnp.zeros((), bool),
+        num_examples=num_examples,
     )
 
 
@@ -162,12 +212,16 @@ def poisson_lot(
       microbatch_size: b, rows per micro-batch (static).
       max_microbatches: K, micro-batches in the result (static); the lot holds
         at most K·b examples.
-      on_overflow: what a lot of more than K·b examples does. `"raise"`: the
-        compiled step fails with an `OverflowError` (a host callback; the
-        message does not contain the lot size). `"flag"`: the result's
-        `overflow` is True and the lot is truncated: the caller must check it
-        and discard the lot (e.g. under `jax.experimental.checkify`). Never
-        silently dropped.
+      on_overflow: what a lot of more than K·b examples does. `"raise"`: a
+        host callback raises `OverflowError` (its message does not contain
+        the lot size). Called eagerly, that `OverflowError` reaches the
+        caller. Inside `jax.jit` a compiled program cannot raise a Python
+        exception: the call (or the first `block_until_ready` of its result)
+        raises `jax.errors.JaxRuntimeError` (a `RuntimeError`) whose message
+        contains `OverflowError: A Poisson lot exceeded its capacity`, and
+        returns no value. `"flag"`: the result's `overflow` is True and the
+        lot is truncated: the caller must check it and discard the lot
+        (e.g. under `jax.experimental.checkify`). Never silently dropped.
 
     Returns:
       `MicroBatches` with indices and mask `[max_microbatches, microbatch_size]`.
@@ -184,9 +238,13 @@ def poisson_lot(
     if on_overflow == "raise":
         jax.debug.callback(_raise_on_overflow, overflow, capacity)
     batches = to_microbatches(
-        indices, jnp.arange(capacity) < lot_size, microbatch_size, max_microbatches
+        indices,
+        jnp.arange(capacity) < lot_size,
+        microbatch_size,
+        max_microbatches,
+        num_examples=num_examples,
     )
-    return batches._replace(overflow=overflow)
+    return dataclasses.replace(batches, overflow=overflow)
 
 
 def shuffled_lots(key: chex.PRNGKey, num_examples: int, lot_size: int) -> chex.Array:
@@ -204,7 +262,8 @@ def shuffled_lots(key: chex.PRNGKey, num_examples: int, lot_size: int) -> chex.A
 
     Returns:
       int32 `[N // L, L]`: row s holds the distinct indices of the epoch's lot s.
-      Pack one with `to_microbatches(row, jnp.ones(L, bool), b, ceil(L / b))`.
+      Pack one with `to_microbatches(row, jnp.ones(L, bool), b, ceil(L / b),
+      num_examples=N)`.
     """
     validation.check_num_steps("num_examples", num_examples)
     validation.check_num_steps("lot_size", lot_size)

@@ -117,6 +117,37 @@ def check_mask(mask: chex.Array, batch_size: int) -> None:
             )
 
 
+def check_batch_axis(name: str, tree: chex.ArrayTree) -> int:
+    """B, the leading axis every leaf of `tree` shares; ValueError naming the leaf otherwise.
+
+    Raises:
+      ValueError: no leaves, a leaf is a scalar (no batch axis), the leaves' leading sizes
+        differ, or B = 0 (an empty batch).
+    """
+    sizes = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if np.ndim(leaf) == 0:
+            raise ValueError(
+                f"{name}{jax.tree_util.keystr(path)} is a scalar: every leaf needs a leading "
+                "batch (per-example) axis [B, ...]."
+            )
+        sizes.setdefault(np.shape(leaf)[0], jax.tree_util.keystr(path))
+    if not sizes:
+        raise ValueError(f"{name} has no leaves: pass a pytree of [B, ...] arrays.")
+    if len(sizes) > 1:
+        found = ", ".join(f"{where or 'leaf'}: {size}" for size, where in sizes.items())
+        raise ValueError(
+            f"every leaf of {name} needs the same leading (batch) axis B; got {found}."
+        )
+    (batch_size,) = sizes
+    if batch_size == 0:
+        raise ValueError(
+            f"{name} has an empty batch (B = 0). Pass at least one row; an empty lot is "
+            "a micro-batch of padding rows with mask 0 (its release is noise only)."
+        )
+    return batch_size
+
+
 def warn_if_delta_too_large(delta, dataset_size) -> None:
     """Warns when delta >= 1/N: such a delta permits leaking one example outright."""
     if dataset_size is None:

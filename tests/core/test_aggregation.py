@@ -1,13 +1,18 @@
 """dp_aggregate: the optax GradientTransformation form of one DP-SGD release."""
 
+import pickle
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from absl.testing import absltest, parameterized
+from flax import serialization
 
 from dpnmt import core
+
+NOISE_KEY = core.key_from_seed(11, allow_fixed_seed_for_testing=True)
 
 
 class DpAggregateTest(absltest.TestCase):
@@ -22,40 +27,44 @@ class DpAggregateTest(absltest.TestCase):
         self.mask = jnp.array([1, 1, 0, 1, 1])
 
     def test_equals_explicit_clip_accumulate_noise(self):
-        tx = core.dp_aggregate(l2_clip=0.5, noise_multiplier=1.2, expected_lot_size=6.0, seed=11)
+        tx = core.dp_aggregate(l2_clip=0.5, noise_multiplier=1.2, expected_lot_size=6.0)
         state = tx.init(self.params)
         update = jax.jit(tx.update)
         for step in range(3):
-            noisy, state = update(self.per_example, state, self.params, mask=self.mask)
+            noisy, state = update(
+                self.per_example, state, self.params, mask=self.mask, noise_key=NOISE_KEY
+            )
             grad_sum, _ = core.clip_and_sum(self.per_example, 0.5, self.mask)
             acc = core.accumulate(core.init_accumulator(self.params), grad_sum, 4)
-            key = core.noise_key_for_step(core.key_from_seed(11), step)
+            key = core.noise_key_for_step(NOISE_KEY, step)
             expected = core.noisy_average(acc, key, 1.2, 0.5, 6.0)
             chex.assert_trees_all_close(noisy, expected, rtol=1e-6, atol=1e-7)
         self.assertEqual(int(state.count), 3)
 
     def test_each_release_gets_new_noise(self):
-        tx = core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=5.0, seed=0)
+        tx = core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=5.0)
         state = tx.init(self.params)
-        first, state = tx.update(self.per_example, state)
-        second, _ = tx.update(self.per_example, state)
+        first, state = tx.update(self.per_example, state, self.params, noise_key=NOISE_KEY)
+        second, _ = tx.update(self.per_example, state, self.params, noise_key=NOISE_KEY)
         self.assertFalse(np.allclose(first["w"], second["w"]))
 
     def test_chains_with_an_optimizer(self):
         tx = optax.chain(
-            core.dp_aggregate(l2_clip=1.0, noise_multiplier=0.0, expected_lot_size=4.0, seed=0),
+            core.dp_aggregate(l2_clip=1.0, noise_multiplier=0.0, expected_lot_size=4.0),
             optax.sgd(1.0),
         )
         state = tx.init(self.params)
-        updates, _ = tx.update(self.per_example, state, self.params, mask=self.mask)
+        updates, _ = tx.update(
+            self.per_example, state, self.params, mask=self.mask, noise_key=NOISE_KEY
+        )
         grad_sum, _ = core.clip_and_sum(self.per_example, 1.0, self.mask)
         chex.assert_trees_all_close(updates, jax.tree_util.tree_map(lambda g: -g / 4.0, grad_sum))
 
     def test_rejects_invalid_parameters(self):
         with self.assertRaisesRegex(ValueError, "l2_clip"):
-            core.dp_aggregate(l2_clip=0.0, noise_multiplier=1.0, expected_lot_size=4.0, seed=0)
+            core.dp_aggregate(l2_clip=0.0, noise_multiplier=1.0, expected_lot_size=4.0)
         with self.assertRaisesRegex(ValueError, "expected_lot_size"):
-            core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=-4.0, seed=0)
+            core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=-4.0)
 
 
 def _microbatches(seed: int, num: int, size: int = 4):
@@ -73,7 +82,7 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
         super().setUp()
         self.params = {"w": jnp.zeros((3, 2)), "b": jnp.zeros((2,))}
         self.tx = core.dp_accumulate_aggregate(
-            l2_clip=0.7, noise_multiplier=1.3, expected_lot_size=9.0, seed=5
+            l2_clip=0.7, noise_multiplier=1.3, expected_lot_size=9.0
         )
 
     def _run_lot(self, update, state, grads, mask):
@@ -81,7 +90,9 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
         outs = []
         for k in range(num):
             micro = jax.tree_util.tree_map(lambda g, k=k: g[k], grads)
-            out, state = update(micro, state, mask=mask[k], release=k == num - 1)
+            out, state = update(
+                micro, state, mask=mask[k], release=k == num - 1, noise_key=NOISE_KEY
+            )
             outs.append(out)
         return outs, state
 
@@ -97,7 +108,7 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
                 micro = jax.tree_util.tree_map(lambda g, k=k: g[k], grads)
                 grad_sum, _ = core.clip_and_sum(micro, 0.7, mask[k])
                 acc = core.accumulate(acc, grad_sum, int(mask[k].sum()))
-            key = core.noise_key_for_step(core.key_from_seed(5), lot)
+            key = core.noise_key_for_step(NOISE_KEY, lot)
             expected = core.noisy_average(acc, key, 1.3, 0.7, 9.0)
             chex.assert_trees_all_close(outs[-1], expected, rtol=1e-5, atol=1e-6)
             for held in outs[:-1]:  # nothing leaves before the lot ends
@@ -110,7 +121,7 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
 
         def traced(updates, state, mask, release):
             traces.append(1)
-            return self.tx.update(updates, state, mask=mask, release=release)
+            return self.tx.update(updates, state, mask=mask, release=release, noise_key=NOISE_KEY)
 
         update = jax.jit(traced)
         state = self.tx.init(self.params)
@@ -126,8 +137,10 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
         state = self.tx.init(self.params)
         grads, _ = _microbatches(0, 1)
         micro = jax.tree_util.tree_map(lambda g: g[0], grads)
-        out, state = self.tx.update(micro, state, mask=jnp.zeros(4), release=True)
-        key = core.noise_key_for_step(core.key_from_seed(5), 0)
+        out, state = self.tx.update(
+            micro, state, mask=jnp.zeros(4), release=True, noise_key=NOISE_KEY
+        )
+        key = core.noise_key_for_step(NOISE_KEY, 0)
         noise_only = core.noisy_average(core.init_accumulator(self.params), key, 1.3, 0.7, 9.0)
         chex.assert_trees_all_close(out, noise_only, rtol=1e-6)
         self.assertGreater(float(jnp.abs(out["w"]).sum()), 0.0)
@@ -135,7 +148,7 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
 
     def test_rejects_invalid_parameters(self):
         with self.assertRaisesRegex(ValueError, "noise_multiplier"):
-            core.dp_accumulate_aggregate(1.0, -1.0, 4.0, 0)
+            core.dp_accumulate_aggregate(1.0, -1.0, 4.0)
 
 
 class PrivateLotGradientTest(parameterized.TestCase):
@@ -190,7 +203,7 @@ class PrivateLotGradientTest(parameterized.TestCase):
         def loss_fn(p, example, key):  # a dropout-like random factor per example
             return jnp.sum(example["x"] * p["w"]) * jax.random.uniform(key)
 
-        lot = core.to_microbatches(jnp.arange(12), jnp.ones(12, bool), 4, 3)
+        lot = core.to_microbatches(jnp.arange(12), jnp.ones(12, bool), 4, 3, num_examples=12)
         kwargs = dict(l2_clip=100.0, noise_multiplier=0.0, expected_lot_size=1.0)
         kwargs["clipping_method"] = "vmap"
         got = core.private_lot_gradient(
@@ -255,3 +268,160 @@ class OverflowedLotTest(absltest.TestCase):
             clipping_method="vmap",
         )
         self.assertTrue(bool(jnp.all(jnp.isnan(grad["w"]))))
+
+
+def _noise_sums_regenerated_from(saved: bytes, noisy_grad, count: int, std: float, lot: float):
+    """The attack on a saved optimizer state: each key-like leaf in it regenerates
+    release `count`'s noise, and `noisy_grad · L − noise` is then a candidate for
+    the lot's exact clipped sum."""
+    state = pickle.loads(saved)
+    keys = []
+    for leaf in jax.tree_util.tree_leaves(state):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            keys.append(leaf)
+        elif jnp.issubdtype(leaf.dtype, jnp.integer) and leaf.size >= 2:
+            words = np.asarray(leaf).astype(np.uint32).ravel()
+            keys += [jax.random.wrap_key_data(words[i : i + 2]) for i in range(words.size - 1)]
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, noisy_grad)
+    for key in keys:
+        noise = core.add_gaussian_noise(zeros, std, core.noise_key_for_step(key, count))
+        yield jax.tree_util.tree_map(lambda g, n: g * lot - n, noisy_grad, noise)
+
+
+class SecretsStayOutOfStateTest(absltest.TestCase):
+    def test_saved_chain_state_holds_no_key_that_regenerates_the_noise(self):
+        """Regression (issue 26 item 1): `dp_aggregate` kept the run's noise key in
+        its state, so a saved `optax.chain(dp_aggregate(...), optax.adam(...))`
+        state regenerated each step's noise: with adam's first moment (the noisy
+        gradient) the exact clipped sum came back (ε = ∞)."""
+        rng = np.random.default_rng(3)
+        params = {"w": jnp.zeros((3, 2)), "b": jnp.zeros((2,))}
+        grads = {
+            "w": jnp.asarray(rng.normal(size=(6, 3, 2)), jnp.float32),
+            "b": jnp.asarray(rng.normal(size=(6, 2)), jnp.float32),
+        }
+        sigma, clip, lot, b1 = 2.0, 1.0, 6.0, 0.9
+        tx = optax.chain(
+            core.dp_aggregate(l2_clip=clip, noise_multiplier=sigma, expected_lot_size=lot),
+            optax.adam(1e-3, b1=b1),
+        )
+        _, state = tx.update(grads, tx.init(params), params, noise_key=NOISE_KEY)
+        saved = pickle.dumps(state)  # what a checkpoint of the optimizer holds
+        mu = pickle.loads(saved)[1][0].mu  # adam's first moment: (1 - b1) · the release
+        noisy = jax.tree_util.tree_map(lambda m: m / (1 - b1), mu)
+        clipped_sum, _ = core.clip_and_sum(grads, clip)
+
+        def recovers(candidate):
+            return all(
+                np.allclose(c, s, atol=1e-3)
+                for c, s in zip(
+                    jax.tree.leaves(candidate), jax.tree.leaves(clipped_sum), strict=True
+                )
+            )
+
+        # The attack is sound: the secret key does recover the exact clipped sum.
+        real = _noise_sums_regenerated_from(pickle.dumps(NOISE_KEY), noisy, 0, sigma * clip, lot)
+        self.assertTrue(any(recovers(c) for c in real))
+        # The saved state does not.
+        from_state = _noise_sums_regenerated_from(saved, noisy, 0, sigma * clip, lot)
+        self.assertFalse(any(recovers(c) for c in from_state))
+        for leaf in jax.tree_util.tree_leaves(state):
+            self.assertFalse(jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key))
+        # And it serialises with flax like any optimizer state (a key leaf did not).
+        serialization.msgpack_serialize(serialization.to_state_dict(state))
+
+    def test_accumulate_state_holds_no_key(self):
+        tx = core.dp_accumulate_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0)
+        params = {"w": jnp.zeros((3,))}
+        _, state = tx.update(
+            {"w": jnp.ones((2, 3))}, tx.init(params), noise_key=NOISE_KEY, release=True
+        )
+        for leaf in jax.tree_util.tree_leaves(state):
+            self.assertFalse(jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key))
+            self.assertFalse(jnp.issubdtype(leaf.dtype, jnp.unsignedinteger))
+        serialization.msgpack_serialize(serialization.to_state_dict(state))
+
+    def test_update_without_a_noise_key_is_refused(self):
+        params = {"w": jnp.zeros((3,))}
+        for tx, kwargs in (
+            (core.dp_aggregate(1.0, 1.0, 4.0), {}),
+            (core.dp_accumulate_aggregate(1.0, 1.0, 4.0), {"release": True}),
+        ):
+            with self.assertRaisesRegex(ValueError, "needs noise_key="):
+                tx.update({"w": jnp.ones((2, 3))}, tx.init(params), params, **kwargs)
+
+
+class PerExampleAxisTest(absltest.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.params = {"w": jnp.zeros((3,))}
+        self.tx = core.dp_aggregate(l2_clip=1.0, noise_multiplier=0.0, expected_lot_size=1.0)
+
+    def test_batch_gradient_without_the_per_example_axis_is_refused(self):
+        """Regression (issue 26 item 4): a `[3]` gradient for a `[3]` parameter was
+        read as 3 examples of scalars and returned a scalar update that optax
+        broadcast to every weight."""
+        state = self.tx.init(self.params)
+        with self.assertRaisesRegex(ValueError, r"\['w'\] has shape \(3,\).*per-example axis"):
+            self.tx.update({"w": jnp.ones(3)}, state, self.params, noise_key=NOISE_KEY)
+        with self.assertRaisesRegex(ValueError, "needs params"):
+            self.tx.update({"w": jnp.ones((2, 3))}, state, noise_key=NOISE_KEY)
+        acc_tx = core.dp_accumulate_aggregate(1.0, 0.0, 1.0)
+        with self.assertRaisesRegex(ValueError, "per-example axis"):
+            acc_tx.update(
+                {"w": jnp.ones(3)}, acc_tx.init(self.params), noise_key=NOISE_KEY, release=True
+            )
+
+    def test_leaves_with_different_batch_sizes_are_refused(self):
+        grads = {"w": jnp.ones((4, 3)), "b": jnp.ones((2, 2))}
+        with self.assertRaisesRegex(
+            ValueError, r"same leading \(batch\) axis B; got \['b'\]: 2, \['w'\]: 4"
+        ):
+            core.clip_and_sum(grads, 1.0)
+        with self.assertRaisesRegex(ValueError, r"mask has shape \(3,\) but the batch has 4"):
+            core.clip_and_sum({"w": jnp.ones((4, 3))}, 1.0, jnp.ones(3))
+
+    def test_empty_batch_is_a_clear_error(self):
+        """Regression (issue 26 item 4): B = 0 died with ZeroDivisionError in a reshape."""
+        state = self.tx.init(self.params)
+        with self.assertRaisesRegex(ValueError, r"empty batch \(B = 0\)"):
+            self.tx.update({"w": jnp.ones((0, 3))}, state, self.params, noise_key=NOISE_KEY)
+        with self.assertRaisesRegex(ValueError, r"empty batch \(B = 0\)"):
+            core.private_grad_sum(
+                lambda p, ex: jnp.sum(ex["x"] * p["w"]),
+                self.params,
+                {"x": jnp.ones((0, 3))},
+                jnp.ones(0),
+                1.0,
+                clipping="vmap",
+            )
+
+
+class LotDrawnForAnotherDataSetTest(absltest.TestCase):
+    def test_lot_for_a_larger_n_is_refused(self):
+        """Regression (issue 26 item 3): a lot drawn for N = 100 applied to 8 rows had
+        its indices clamped by JAX, so row 7 counted many times (sensitivity ≫ C)."""
+        data = {"x": jnp.ones((8, 3))}
+        params = {"w": jnp.ones((3,))}
+        lot = core.poisson_lot(jax.random.key(0), 100, 0.3, microbatch_size=8, max_microbatches=8)
+        self.assertEqual(lot.num_examples, 100)
+        kwargs = dict(l2_clip=1.0, noise_multiplier=0.0, expected_lot_size=1.0)
+
+        def grad(lot):
+            return core.private_lot_gradient(
+                lambda p, ex: jnp.sum(ex["x"] * p["w"]),
+                params,
+                data,
+                lot,
+                jax.random.key(1),
+                clipping_method="vmap",
+                **kwargs,
+            )
+
+        message = "drawn for num_examples = 100 but examples has 8 rows"
+        with self.assertRaisesRegex(ValueError, message):
+            grad(lot)
+        with self.assertRaisesRegex(ValueError, message):
+            jax.jit(grad)(lot)  # N is static: checked under jit too
+        small = core.to_microbatches(jnp.arange(8), jnp.ones(8, bool), 4, 2, num_examples=8)
+        self.assertTrue(bool(jnp.all(jnp.isfinite(jax.jit(grad)(small)["w"]))))

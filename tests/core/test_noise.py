@@ -134,12 +134,42 @@ class SeedTest(absltest.TestCase):
         seed = 2**127 + 0x5DEECE66D_0123_4567
         key_data = np.asarray(jax.random.key_data(core.key_from_seed(seed)))
         for bit in (0, 31, 32, 63, 64, 100, 127):
-            other = np.asarray(jax.random.key_data(core.key_from_seed(seed ^ 1 << bit)))
+            other_key = core.key_from_seed(seed ^ 1 << bit, allow_fixed_seed_for_testing=True)
+            other = np.asarray(jax.random.key_data(other_key))
             self.assertFalse(np.array_equal(key_data, other), f"bit {bit} is ignored")
         again = np.asarray(jax.random.key_data(core.key_from_seed(seed)))
         np.testing.assert_array_equal(key_data, again)  # A function of the seed.
         with self.assertRaisesRegex(ValueError, "non-negative"):
             core.key_from_seed(-1)
+
+    def test_fixed_seeds_are_refused_unless_testing(self):
+        """Regression (issue 26 item 1): `seed=0` (or any typed-in seed) was accepted
+        for a release; whoever knows it rebuilds the noise."""
+        for seed in (0, 1234, 2**64 - 1, np.int64(7)):
+            with self.assertRaisesRegex(ValueError, "below 2\\*\\*64.*fresh_seed"):
+                core.key_from_seed(seed)
+            core.key_from_seed(seed, allow_fixed_seed_for_testing=True)
+        for _ in range(16):  # fresh seeds are never mistaken for fixed ones
+            self.assertGreaterEqual(core.fresh_seed(), 2**64)
+        core.key_from_seed(2**64)
+
+    def test_non_integer_seeds_are_refused(self):
+        """Regression (issue 26 item 4): `key_from_seed(1.5)` was `key_from_seed(1)`."""
+        for seed in (1.5, 2.0**70, np.float64(2.0**70), True, np.bool_(True), "7"):
+            with self.assertRaisesRegex(TypeError, "seed must be an integer"):
+                core.key_from_seed(seed, allow_fixed_seed_for_testing=True)
+        big = core.key_from_seed(np.uint64(2**64 - 1), allow_fixed_seed_for_testing=True)
+        same = core.key_from_seed(2**64 - 1, allow_fixed_seed_for_testing=True)
+        np.testing.assert_array_equal(jax.random.key_data(big), jax.random.key_data(same))
+
+    def test_docstring_states_the_key_size_and_collision_probability(self):
+        """Regression (issue 26 item 13): the docstring said no two seeds share a key,
+        but a 128-bit seed is hashed to a 64-bit threefry key."""
+        self.assertEqual(jax.random.key_data(core.key_from_seed(core.fresh_seed())).shape, (2,))
+        doc = " ".join(core.key_from_seed.__doc__.split())
+        self.assertNotIn("no two seeds", doc)
+        self.assertIn("A threefry key holds 64 bits", doc)
+        self.assertIn("share a key with probability about 2**-64", doc)
 
 
 class NoisyAverageTest(parameterized.TestCase):
@@ -203,8 +233,10 @@ def test_noise_seeds_differing_above_bit_32_give_different_noise():
     per_example = {"w": jnp.ones((4, 8), jnp.float32)}
     noisy = []
     for seed in (low, high):
-        tx = core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0, seed=seed)
-        update, _ = tx.update(per_example, tx.init({"w": jnp.zeros(8)}))
+        tx = core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0)
+        key = core.key_from_seed(seed, allow_fixed_seed_for_testing=True)
+        params = {"w": jnp.zeros(8)}
+        update, _ = tx.update(per_example, tx.init(params), params, noise_key=key)
         noisy.append(np.asarray(update["w"]))
     assert not np.array_equal(noisy[0], noisy[1]), "seeds differing above bit 32 collide"
 

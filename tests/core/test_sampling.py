@@ -124,13 +124,26 @@ class PoissonLotTest(parameterized.TestCase):
             self.assertFalse(bool(lot.overflow))
 
     def test_overflow_raises_without_naming_the_lot_size(self):
-        sample = jax.jit(
-            lambda k: core.poisson_lot(k, 100, 0.5, microbatch_size=4, max_microbatches=2)
-        )
-        with self.assertRaisesRegex(Exception, "exceeded its capacity of 8 rows") as caught:
-            jax.block_until_ready(sample(jax.random.key(0)))
+        """Regression (issue 26 item 4): the docs promised an `OverflowError`; under
+        `jax.jit` it surfaces as `jax.errors.JaxRuntimeError`. The docstring now
+        names each type where it is raised."""
         size = int(core.poisson_mask(jax.random.key(0), 100, 0.5).sum())
-        self.assertNotIn(f" {size} ", str(caught.exception).split("OverflowError")[-1])
+
+        def sample(k):
+            return core.poisson_lot(k, 100, 0.5, microbatch_size=4, max_microbatches=2)
+
+        with self.assertRaisesRegex(OverflowError, "exceeded its capacity of 8 rows") as eager:
+            sample(jax.random.key(0))
+        with self.assertRaisesRegex(
+            jax.errors.JaxRuntimeError, "OverflowError: A Poisson lot exceeded its capacity"
+        ) as compiled:
+            jax.block_until_ready(jax.jit(sample)(jax.random.key(0)))
+        for caught in (eager, compiled):
+            self.assertNotIn(f" {size} ", str(caught.exception).split("OverflowError")[-1])
+        doc = " ".join(core.poisson_lot.__doc__.split())
+        self.assertIn("Called eagerly, that `OverflowError` reaches the caller", doc)
+        self.assertIn("raises `jax.errors.JaxRuntimeError`", doc)
+        self.assertIn("contains `OverflowError: A Poisson lot exceeded its capacity`", doc)
 
     def test_overflow_flagged_when_asked(self):
         lot = core.poisson_lot(
@@ -160,7 +173,9 @@ class ToMicrobatchesTest(parameterized.TestCase):
     def test_packs_a_prefix_and_masks_the_rest(self, size, microbatch_size, extra):
         num_microbatches = -(-max(size, 1) // microbatch_size) + extra
         indices = jnp.arange(size, dtype=jnp.int32) * 3 + 1
-        lot = core.to_microbatches(indices, jnp.ones(size, bool), microbatch_size, num_microbatches)
+        lot = core.to_microbatches(
+            indices, jnp.ones(size, bool), microbatch_size, num_microbatches, num_examples=200
+        )
         mask = np.asarray(lot.mask).ravel()
         np.testing.assert_array_equal(np.asarray(lot.indices).ravel()[mask == 1], indices)
         self.assertEqual(mask.sum(), size)
@@ -169,7 +184,30 @@ class ToMicrobatchesTest(parameterized.TestCase):
 
     def test_too_many_indices_is_an_error(self):
         with self.assertRaisesRegex(ValueError, "raise num_microbatches"):
-            core.to_microbatches(jnp.arange(10), jnp.ones(10, bool), 4, 2)
+            core.to_microbatches(jnp.arange(10), jnp.ones(10, bool), 4, 2, num_examples=10)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_any_valid_mask_keeps_every_real_row_in_the_leading_microbatches(self):
+        """Regression (issue 26 item 4): a `valid` that is not a prefix had its real
+        rows left in place, while `num_microbatches` counted only ceil(real / b)
+        leading micro-batches: the real row in a later one was skipped."""
+        indices = jnp.arange(8, dtype=jnp.int32) + 10
+        valid = jnp.array([0, 0, 0, 0, 1, 0, 0, 1], bool)
+        lot = self.variant(lambda i, v: core.to_microbatches(i, v, 4, 2, num_examples=20))(
+            indices, valid
+        )
+        used = np.asarray(lot.indices)[: int(lot.num_microbatches)]
+        used_mask = np.asarray(lot.mask)[: int(lot.num_microbatches)]
+        self.assertEqual(sorted(used[used_mask == 1].tolist()), [14, 17])
+        self.assertEqual(float(np.asarray(lot.mask).sum()), 2.0)
+
+    def test_lot_carries_n_and_refuses_indices_outside_it(self):
+        lot = core.to_microbatches(jnp.arange(5), jnp.ones(5, bool), 4, 2, num_examples=7)
+        self.assertEqual(lot.num_examples, 7)
+        with self.assertRaisesRegex(ValueError, r"outside \[0, num_examples = 5\)"):
+            core.to_microbatches(jnp.arange(6), jnp.ones(6, bool), 4, 2, num_examples=5)
+        with self.assertRaisesRegex(ValueError, "valid has shape"):
+            core.to_microbatches(jnp.arange(6), jnp.ones(5, bool), 4, 2, num_examples=9)
 
 
 class ShuffledLotsTest(parameterized.TestCase):
