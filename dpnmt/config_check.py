@@ -8,6 +8,7 @@ size-dependent ones (L < N, a reachable target ε) the corpus text alone.
 
 import dataclasses
 import difflib
+import hashlib
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ from dpnmt import config_lib, core, privacy
 from dpnmt.bridge import buckets as length_buckets
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import ConfigError, InputError
-from dpnmt.training import compilation_cache
+from dpnmt.training import compilation_cache, pretrained_privacy
 from dpnmt.training.run_dir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -78,8 +79,18 @@ VOCABULARY_FIELDS = (
 )
 # Fields a resumed run may change: they change how, not what, it trains (the
 # examples, N, lots and noise are the same).
+# The declarations (`model.pretrained_data_disjoint`, `dp.allow_large_delta`)
+# change what is claimed or accepted, not what trains: a run made before them
+# resumes with them set.
 NOT_BINDING_FIELDS = frozenset(
-    {"data.tokenize_train", "data.length_buckets", "train.profile", "train.compilation_cache"}
+    {
+        "data.tokenize_train",
+        "data.length_buckets",
+        "train.profile",
+        "train.compilation_cache",
+        "model.pretrained_data_disjoint",
+        "dp.allow_large_delta",
+    }
 )
 
 
@@ -448,6 +459,7 @@ def config_problems(
         *_privacy_problems(config),
         *_tokenizer_problems(config),
         *_model_problems(config),
+        *pretrained_privacy.pretrained_problems(config),
         *_finetune_problems(config),
         *_data_problems(config),
         *_length_bucket_problems(config),
@@ -654,6 +666,105 @@ def size_problems(config: ml_collections.ConfigDict, dataset_size: int) -> list[
     return []
 
 
+def suggested_delta(dataset_size: int) -> float:
+    """1/(10N) rounded down to a power of ten: a δ well below 1/N."""
+    return 10.0 ** math.floor(math.log10(1.0 / (10 * dataset_size)))
+
+
+def delta_problems(config: ml_collections.ConfigDict, dataset_size: int) -> list[str]:
+    """A private run's total δ at or above 1/N is refused unless `dp.allow_large_delta`.
+
+    δ ≥ 1/N admits a mechanism that publishes a random training example in full.
+    The total is DP-SGD's δ plus the DP vocabulary's and a composed pretrained
+    export's (`training.pretrained_privacy`).
+    """
+    dp = config.dp
+    if not dp.enabled or dp.allow_large_delta or not isinstance(dp.delta, (int, float)):
+        return []
+    parts = [f"dp.delta={dp.delta:g}"]
+    total = float(dp.delta)
+    if config_lib.tokenizer_kind(config) == "dp_sentencepiece":
+        total += float(config.tokenizer.dp_delta)
+        parts.append(f"tokenizer.dp_delta={config.tokenizer.dp_delta:g}")
+    claim = pretrained_privacy.pretrained_claim(config)
+    if claim is not None and claim.composed and claim.composed_delta:
+        total += claim.composed_delta
+        parts.append(f"the pretrained export's δ={claim.composed_delta:g}")
+    if total * dataset_size < 1:
+        return []
+    parts_text = parts[0] if len(parts) == 1 else f"{' + '.join(parts)}: total δ={total:g}"
+    return [
+        f"{parts_text} is at least 1/N = {1 / dataset_size:.3g} (N={dataset_size} training "
+        "pairs after preprocessing): such a δ allows publishing a random training example "
+        f"in full. Use e.g. dp.delta={suggested_delta(dataset_size):g} (1/(10N) rounded "
+        "down to a power of ten), or set dp.allow_large_delta=True to accept it."
+    ]
+
+
+def _path_pieces(description: str) -> list[str]:
+    """The file paths a split's recorded origin names (`corpora.common.make_corpus`)."""
+    origin = re.sub(r"^\w+: ", "", description)
+    origin = re.sub(r"^last \d+ \w+ of ", "", origin)
+    origin = re.sub(r" less its last \d+ \w+$", "", origin)
+    pieces = origin.split(" + ") + origin.split()
+    return [p for p in pieces if os.path.isfile(p)]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _text_digest(lines: Iterable[str]) -> str:
+    """Digest of text lines (trailing blank lines dropped), as a file or a split side."""
+    lines = list(lines)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return _sha256("\n".join(lines).encode("utf-8"))
+
+
+def public_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
+    """`tokenizer.public_text_paths` must not be the private corpus's own text.
+
+    A private run (`sentencepiece_public`) refuses a path that resolves to a
+    file its corpus was read from (any split), or whose bytes, or text lines,
+    equal such a file or one language side of a split: a vocabulary learnt from
+    it would be learnt from the private data without DP, reported as ε 0.
+    """
+    if not config.dp.enabled or config_lib.tokenizer_kind(config) != "sentencepiece_public":
+        return []
+    by_path, by_bytes, by_text = {}, {}, {}
+    for split, dataset in corpus.items():
+        for path in _path_pieces(dataset.info.description or ""):
+            by_path.setdefault(os.path.realpath(path), split)
+            with open(path, "rb") as f:
+                by_bytes.setdefault(_sha256(f.read()), split)
+        translations = dataset["translation"]
+        for language in translations[0] if len(translations) else ():
+            by_text.setdefault(_text_digest(row[language] for row in translations), split)
+    problems = []
+    for path in config.tokenizer.public_text_paths:
+        if not os.path.isfile(path):
+            continue  # Named by the static checks.
+        with open(path, "rb") as f:
+            data = f.read()
+        split, how = by_path.get(os.path.realpath(path)), "is"
+        if split is None:
+            split, how = by_bytes.get(_sha256(data)), "has the same bytes as"
+        if split is None:
+            text = data.decode("utf-8", errors="replace").splitlines()
+            split, how = by_text.get(_text_digest(text)), "has the same lines as"
+        if split is not None:
+            problems.append(
+                f"tokenizer.public_text_paths: {path} {how} the {split} split of this run's "
+                f"corpus ({config.data.corpus}), not public text: a vocabulary learnt from it "
+                "is learnt from the private data without DP, yet reported as ε 0. Give public "
+                "text that is not this run's data, or use tokenizer.kind='dp_sentencepiece' "
+                "(its ε is added), or 'sentencepiece_private' with "
+                "tokenizer.private_data_ok=True (the report then says ε = ∞)."
+            )
+    return problems
+
+
 def check_run(
     config: ml_collections.ConfigDict,
     workdir: str | None,
@@ -664,7 +775,8 @@ def check_run(
     """Validates a training run completely before it writes a file or spends privacy.
 
     First the config and workdir alone (`check_static`), then, from the corpus
-    text (reading it writes nothing), what needs N: L < N and a reachable ε.
+    text (reading it writes nothing), what needs N (L < N, a reachable ε, δ
+    below 1/N) or the text itself (public vocabulary text that is the corpus's).
 
     Args:
       config: the resolved experiment config.
@@ -684,4 +796,8 @@ def check_run(
         logging.disable(logging.NOTSET)
     if corpus_transform is not None:
         corpus = corpus_transform(corpus)
-    raise_problems(size_problems(config, kept_pairs(corpus["train"], config.data.pair)))
+    dataset_size = kept_pairs(corpus["train"], config.data.pair)
+    problems = size_problems(config, dataset_size)
+    if not problems:  # The plan is sound: its δ against N.
+        problems = delta_problems(config, dataset_size)
+    raise_problems([*public_text_problems(config, corpus), *problems])

@@ -108,6 +108,9 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.model = ml_collections.ConfigDict()
     c.model.name_or_path = config_dict.placeholder(str)  # Pretrained: hub name or local dir.
+    # A dpnmt export's own (ε, δ) is composed with a private run's unless this declares
+    # that its training data share no example with this run's (e.g. public text).
+    c.model.pretrained_data_disjoint = False  # Declared disjoint: export's ε not composed.
     c.model.family = "t5"  # t5 (task prefix) | mbart (language codes) | none.
     c.model.source_prefix = config_dict.placeholder(str)  # Override the T5 task prefix.
     # From-scratch T5 (used when name_or_path is None).
@@ -138,6 +141,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.dp.noise_multiplier = config_dict.placeholder(float)  # Or give σ > 0 (wins over ε).
     c.dp.l2_clip = 1.0  # Per-example clipping norm C (> 0).
     c.dp.delta = 1e-8  # δ of DP-SGD in (0, 1), below 1/N (the paper's value).
+    c.dp.allow_large_delta = False  # Accept a total δ >= 1/N (refused otherwise: weak).
     c.dp.accountant = "pld"  # pld (tight) | rdp.
     c.dp.sampling = "poisson"  # poisson (guarantee with amplification) | shuffle.
     c.dp.secure_rng = False  # Poisson lots from os.urandom, not the seed (releases).

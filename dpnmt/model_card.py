@@ -17,7 +17,7 @@ from typing import Any
 # Privacy-report keys this card explains; any others are printed after them.
 _PRIVACY_KEYS = {
     "private": "DP-SGD applied",
-    "total_epsilon": "total ε (DP-SGD + vocabulary)",
+    "total_epsilon": "total ε (DP-SGD + vocabulary + a composed pretrained export)",
     "total_delta": "total δ",
     "dp_sgd_epsilon": "DP-SGD ε",
     "dp_sgd_delta": "DP-SGD δ",
@@ -66,8 +66,18 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
     vocabulary = privacy.get("vocabulary") or {}
     for key, value in vocabulary.items():
         lines.append(f"| vocabulary {key} | {_value(value)} |")
+    pretrained = privacy.get("pretrained") or {}
+    for key, value in pretrained.items():  # The starting model's own record last.
+        if key != "record":
+            lines.append(f"| pretrained model {key} | {_value(value)} |")
+    if pretrained.get("record") is not None:
+        lines.append(f"| pretrained model's own privacy record | {_value(pretrained['record'])} |")
     for key, value in privacy.items():
-        if key not in _PRIVACY_KEYS and key != "vocabulary" and not _is_secret(key):
+        if (
+            key not in _PRIVACY_KEYS
+            and key not in ("vocabulary", "pretrained")
+            and not _is_secret(key)
+        ):
             lines.append(f"| `{key}` | {_value(value)} |")
     bound = privacy.get("bound", "")
     lines += [
@@ -82,7 +92,8 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
         "stopping; publish only validation data you may publish); the training-set size N "
         "and other counts, assumed public; the hyper-parameter search (each configuration "
         "tried spends privacy that this ε does not count); a pretrained starting model's own "
-        "training data. Shuffled lots give only the no-amplification bound; a figure marked "
+        "training data, unless its ε is composed above (a dpnmt export whose data may overlap "
+        "this run's). Shuffled lots give only the no-amplification bound; a figure marked "
         "NOT_A_GUARANTEE is no guarantee.",
     ]
     return lines

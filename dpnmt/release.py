@@ -3,7 +3,9 @@
 `export_run` writes what `python -m dpnmt.export` promises: the model
 (`config.json`, `model.safetensors`, `generation_config.json`), the tokenizer
 (`AutoTokenizer` loads it), `dpnmt.json` (the public decoding settings: source
-prefix, languages, lengths) and the model card `README.md`. It reads the run's
+prefix, languages, lengths; and under "privacy" the run's privacy report, which
+a run fine-tuning the export reads: `training.pretrained_privacy`) and the
+model card `README.md`. It reads the run's
 `config.json`, `results.json`, vocabulary and latest checkpoint, never `private/`.
 `load_translator` opens either a run or such a folder for `dpnmt.translate`.
 """
@@ -22,11 +24,11 @@ from dpnmt.data import hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.evaluation import decode as decode_lib
-from dpnmt.training import pieces
+from dpnmt.training import pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
-from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir
+from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir, write_json
 
-SETTINGS_FILE = "dpnmt.json"
+SETTINGS_FILE = pretrained_privacy.SETTINGS_FILE
 CARD_FILE = "README.md"
 
 
@@ -161,12 +163,17 @@ def export_run(workdir: str, out_dir: str) -> str:
     else:  # Checkpoint only: the report for the steps it holds.
         carved = pieces.validation_is_carved_from_train(pieces.load_corpus(config))
         privacy = privacy_report(
-            plan, steps_done, vocabulary, validation_is_private=carved
+            plan,
+            steps_done,
+            vocabulary,
+            validation_is_private=carved,
+            pretrained=pretrained_privacy.pretrained_claim(config, refuse=False),
         ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
-    with open(os.path.join(out_dir, SETTINGS_FILE), "w") as f:
-        json.dump(_settings(config), f, indent=2)
+    # The privacy record travels with the model: a run fine-tuning it composes it.
+    settings = {**_settings(config), pretrained_privacy.PRIVACY_KEY: privacy}
+    write_json(os.path.join(out_dir, SETTINGS_FILE), settings)
     card = model_card.render(config.to_dict(), privacy, results, steps_done=steps_done)
     with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:
         f.write(card)

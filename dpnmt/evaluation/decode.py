@@ -17,7 +17,7 @@ from dpnmt import bridge, config_lib, models, privacy
 from dpnmt.data import tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
 from dpnmt.evaluation import evaluator as evaluator_lib
-from dpnmt.training import checkpointing, pieces, steps
+from dpnmt.training import checkpointing, pieces, pretrained_privacy, steps
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, RESULTS_FILE, RunDir, write_json
 
@@ -106,6 +106,7 @@ def decode_and_score(
             steps_done,
             vocabulary,
             validation_is_private=pieces.validation_is_carved_from_train(corpus),
+            pretrained=pretrained_privacy.pretrained_claim(config, refuse=False),
         ).to_json()
     evaluator = evaluator_lib.Evaluator(
         config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()

@@ -25,7 +25,7 @@ from dpnmt.evaluation.evaluator import Evaluator
 from dpnmt.training import checkpointing, steps
 from dpnmt.training.checkpointing import LoopState
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter, RateWindow, log_progress
-from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training.privacy_report import privacy_report, total_epsilon_after
 from dpnmt.training.profile import PhaseTimer, format_table
 from dpnmt.training.run_dir import PREPROCESSING_FILE, PRIVATE_DIR, derived_seed, json_dumps
 from dpnmt.training.setup import RunPieces, build_run
@@ -179,7 +179,10 @@ def train_and_evaluate(
                 # A private run's training loss is an un-noised statistic of the lot
                 # (0.0 exactly for an empty lot): it is not released.
                 loss = None if plan.private else float(train_loss)
-                log_progress(writer, plan, step, rates.update(step, time.time()), loss)
+                total = total_epsilon_after(plan, step, run.vocabulary, run.pretrained)
+                log_progress(
+                    writer, plan, step, rates.update(step, time.time()), loss, total_epsilon=total
+                )
             evaluate_now = eval_every and step % eval_every == 0
             validated = None
             if evaluate_now and step < plan.num_steps:
@@ -320,6 +323,7 @@ def _results(
             state.step,
             run.vocabulary,
             validation_is_private=run.validation_is_private,
+            pretrained=run.pretrained,
         ).to_json(),
         "history": state.history,
         "stopped_early": state.stopped_early,

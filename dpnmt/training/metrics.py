@@ -37,17 +37,35 @@ class RateWindow:
         return self._rate
 
 
-def log_progress(writer, plan, step, lots_per_second: float | None, train_loss: float | None):
+def log_progress(
+    writer,
+    plan,
+    step,
+    lots_per_second: float | None,
+    train_loss: float | None,
+    *,
+    total_epsilon: float | None = None,
+):
     """Logs one progress line and its scalars.
 
     Rates use the EXPECTED lot size L (realised sizes are private) and come only
     from windows of at least `MIN_RATE_WINDOW_LOTS` lots (`RateWindow`);
     tokens/s is not shown. The training loss is shown for non-private runs only.
+    ε spent is DP-SGD's after `step` lots and, when given, the run's total then
+    (`privacy_report.total_epsilon_after`: with the vocabulary and a composed
+    pretrained export).
     """
     epsilon = plan.epsilon_after(step)
     loss_text = "" if train_loss is None else f"  train loss {train_loss:.4f}"
     rate_text = f"  (rates over >= {MIN_RATE_WINDOW_LOTS} lots only)"
     scalars = {"privacy/epsilon_spent": epsilon}
+    epsilon_text = f"ε spent {epsilon:.4g}"
+    if total_epsilon is not None:
+        scalars["privacy/total_epsilon_spent"] = total_epsilon
+        epsilon_text = (
+            f"ε spent: DP-SGD {epsilon:.4g}, total {total_epsilon:.4g} (with the vocabulary "
+            "and any composed pretrained export)"
+        )
     if lots_per_second is not None:
         eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
         rate_text = (
@@ -55,9 +73,7 @@ def log_progress(writer, plan, step, lots_per_second: float | None, train_loss: 
             f"examples/s (L x lots/s, mean over >= {MIN_RATE_WINDOW_LOTS} lots)  ETA {eta:.0f} s"
         )
         scalars["train/lots_per_second"] = lots_per_second
-    logging.info(
-        "step %d/%d%s%s  ε spent %.4g", step, plan.num_steps, rate_text, loss_text, epsilon
-    )
+    logging.info("step %d/%d%s%s  %s", step, plan.num_steps, rate_text, loss_text, epsilon_text)
     if train_loss is not None:
         scalars["train/loss"] = train_loss
     writer.write(step, scalars)

@@ -22,6 +22,7 @@ from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ConfigError, ModelUnavailableError
 from dpnmt.models import lora
+from dpnmt.training import pretrained_privacy
 from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 
 
@@ -79,6 +80,21 @@ def _mbart_langs(config) -> tuple[str | None, str | None]:
     return mbart_codes(pair)
 
 
+def _export_vocabulary(
+    name_or_path: str, record: tokenizers.VocabularyRecord
+) -> tokenizers.VocabularyRecord:
+    """A dpnmt export's vocabulary is its run's: say so, and where its ε is accounted."""
+    is_export, export_record = pretrained_privacy.read_export_record(name_or_path)
+    if not is_export:
+        return record
+    kind = ((export_record or {}).get("vocabulary") or {}).get("kind", "unknown")
+    return dataclasses.replace(
+        record,
+        note=f"the pretrained dpnmt export's own vocabulary ({kind} in its run): its privacy "
+        "is the export's, accounted under 'pretrained'",
+    )
+
+
 def build_tokenizer(
     config: ml_collections.ConfigDict,
     corpus: datasets.DatasetDict,
@@ -109,9 +125,10 @@ def build_tokenizer(
         if config.model.name_or_path is None:
             raise ValueError("tokenizer.kind='pretrained' needs model.name_or_path.")
         with _hub_errors(config.model.name_or_path):
-            return tokenizers.load_pretrained_tokenizer(
+            tokenizer, record = tokenizers.load_pretrained_tokenizer(
                 config.model.name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
             )
+        return tokenizer, _export_vocabulary(config.model.name_or_path, record)
     model_path = os.path.join(workdir, TOKENIZER_FILE)
     record_path = os.path.join(workdir, VOCABULARY_RECORD_FILE)
     if os.path.exists(model_path) and os.path.exists(record_path):

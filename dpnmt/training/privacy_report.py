@@ -35,6 +35,40 @@ class VocabularyClaim:
 
 
 @dataclasses.dataclass(frozen=True)
+class PretrainedClaim:
+    """What the starting model (`model.name_or_path`) adds to ε (`training.pretrained_privacy`).
+
+    Attributes:
+      dpnmt_export: whether it is a dpnmt export (its `dpnmt.json` holds a privacy record).
+      composed: whether its (ε, δ) is composed into this run's total.
+      declared_disjoint: `model.pretrained_data_disjoint` was set: its training
+        data were declared to share no example with this run's.
+      epsilon: the export's total ε on its training data (inf: no guarantee), or None.
+      delta: its total δ, or None.
+      note: one line for the report.
+      record: the export's own privacy record (its results.json "privacy"), or None.
+    """
+
+    dpnmt_export: bool
+    composed: bool
+    declared_disjoint: bool
+    epsilon: float | None
+    delta: float | None
+    note: str
+    record: dict[str, Any] | None = None
+
+    @property
+    def composed_epsilon(self) -> float:
+        """ε it adds to this run's total (0 when not composed)."""
+        return float(self.epsilon) if self.composed and self.epsilon is not None else 0.0
+
+    @property
+    def composed_delta(self) -> float:
+        """δ it adds to this run's total (0 when not composed)."""
+        return float(self.delta) if self.composed and self.delta is not None else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
 class PrivacyReport:
     """The run's claim: DP-SGD's (ε, δ) at the planned T, composed with the vocabulary's.
 
@@ -64,6 +98,7 @@ class PrivacyReport:
     total_epsilon: float
     composition: str
     total_delta: float | None = None
+    pretrained: PretrainedClaim | None = None
     epsilon_at_realised_stop_NOT_A_GUARANTEE: float | None = None
     epsilon_if_poisson_NOT_A_GUARANTEE: float | None = None
     epsilon_if_seed_were_secret_NOT_A_GUARANTEE: float | None = None
@@ -87,6 +122,7 @@ class PrivacyReport:
         "dp_sgd_delta",
         "validation_is_private",
         "vocabulary",
+        "pretrained",
         "epsilon_at_realised_stop_NOT_A_GUARANTEE",
         "epsilon_if_poisson_NOT_A_GUARANTEE",
         "epsilon_if_seed_were_secret_NOT_A_GUARANTEE",
@@ -96,6 +132,7 @@ class PrivacyReport:
     )
     _OPTIONAL = (
         "total_delta",
+        "pretrained",
         "epsilon_at_realised_stop_NOT_A_GUARANTEE",
         "epsilon_if_poisson_NOT_A_GUARANTEE",
         "epsilon_if_seed_were_secret_NOT_A_GUARANTEE",
@@ -115,7 +152,7 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key == "vocabulary":
+            if key in ("vocabulary", "pretrained"):
                 value = dataclasses.asdict(value)
             elif key == "assumed_public":
                 value = list(value)
@@ -128,6 +165,12 @@ class PrivacyReport:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         values["vocabulary"] = VocabularyClaim(**data["vocabulary"])
+        if data.get("pretrained") is not None:
+            pretrained = dict(data["pretrained"])
+            for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
+                if isinstance(pretrained.get(key), str):
+                    pretrained[key] = float(pretrained[key])
+            values["pretrained"] = PretrainedClaim(**pretrained)
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -147,12 +190,42 @@ def adjacency(plan: privacy.PrivacyPlan) -> str:
     )
 
 
+def vocabulary_epsilon(vocabulary) -> float:
+    """The vocabulary's ε (0 when it spent none; the larger of its two bounds when DP)."""
+    epsilon = vocabulary.epsilon or 0.0
+    analytic = (vocabulary.details or {}).get("epsilon_analytic")
+    if analytic is not None:  # The classical formula can understate ε above 1.
+        epsilon = max(epsilon, analytic)
+    return epsilon
+
+
+def epsilon_before_training(vocabulary, pretrained: PretrainedClaim | None = None) -> float:
+    """ε spent before the first lot: the vocabulary's, plus a composed pretrained export's.
+
+    inf when the vocabulary was learnt from private data without DP.
+    """
+    if not vocabulary.covered_by_guarantee:
+        return math.inf
+    return vocabulary_epsilon(vocabulary) + (pretrained.composed_epsilon if pretrained else 0.0)
+
+
+def total_epsilon_after(
+    plan: privacy.PrivacyPlan,
+    steps_done: int,
+    vocabulary,
+    pretrained: PretrainedClaim | None = None,
+) -> float:
+    """The run's total ε after `steps_done` lots: DP-SGD's then plus `epsilon_before_training`."""
+    return plan.epsilon_after(steps_done) + epsilon_before_training(vocabulary, pretrained)
+
+
 def privacy_report(
     plan: privacy.PrivacyPlan,
     steps_done: int,
     vocabulary,
     *,
     validation_is_private: bool = False,
+    pretrained: PretrainedClaim | None = None,
 ) -> PrivacyReport:
     """The ε the run can defend, by which bound, composed with the vocabulary's.
 
@@ -161,18 +234,18 @@ def privacy_report(
       steps_done: lots trained so far.
       vocabulary: the `tokenizers.VocabularyRecord` of the run's vocabulary.
       validation_is_private: whether validation pairs were carved from train.
+      pretrained: what the starting model adds (`pretrained_privacy.pretrained_claim`);
+        None when trained from scratch.
     """
     sgd_epsilon = plan.epsilon_after(plan.num_steps)
     optional: dict[str, Any] = {}
+    if pretrained is not None:
+        optional["pretrained"] = pretrained
     if plan.private and steps_done < plan.num_steps:
         optional["epsilon_at_realised_stop_NOT_A_GUARANTEE"] = plan.epsilon_after(steps_done)
     poisson_figure = plan.poisson_figure_not_a_guarantee(plan.num_steps)
     if poisson_figure is not None:
         optional["epsilon_if_poisson_NOT_A_GUARANTEE"] = poisson_figure
-    vocab_epsilon = vocabulary.epsilon or 0.0
-    analytic = (vocabulary.details or {}).get("epsilon_analytic")
-    if analytic is not None:  # The classical formula can understate ε above 1.
-        vocab_epsilon = max(vocab_epsilon, analytic)
     if plan.private and not plan.seed_is_secret:
         # What the run would claim with a secret seed: for tests to check the accounting.
         as_if_secret = dataclasses.replace(plan, seed_is_secret=True)
@@ -187,9 +260,15 @@ def privacy_report(
         total_epsilon = math.inf
         composition = "vocabulary learnt from private data without DP: no guarantee"
     else:
-        total_epsilon = sgd_epsilon + vocab_epsilon
+        total_epsilon = total_epsilon_after(plan, plan.num_steps, vocabulary, pretrained)
         optional["total_delta"] = plan.delta + (vocabulary.delta or 0.0)
         composition = "basic composition (ε and δ add) of DP-SGD and the vocabulary"
+        if pretrained is not None and pretrained.composed:
+            optional["total_delta"] += pretrained.composed_delta
+            composition = (
+                "basic composition (ε and δ add) of DP-SGD, the vocabulary and the pretrained "
+                "export's own total (its training data may overlap this run's)"
+            )
     return PrivacyReport(
         private=plan.private,
         bound=plan.bound,

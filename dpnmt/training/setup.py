@@ -21,8 +21,8 @@ import orbax.checkpoint as ocp
 from dpnmt import bridge, config_check, config_lib, distributed, privacy
 from dpnmt.data import preprocess, tokenizers
 from dpnmt.evaluation.evaluator import tokenized_examples
-from dpnmt.training import checkpointing, pieces, steps
-from dpnmt.training.privacy_report import privacy_report
+from dpnmt.training import checkpointing, pieces, pretrained_privacy, steps
+from dpnmt.training.privacy_report import PretrainedClaim, privacy_report
 from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
 
@@ -41,6 +41,7 @@ class RunPieces:
       corpus: the loaded corpus (text), after `corpus_transform`.
       tokenizer: the run's tokenizer.
       vocabulary: how the vocabulary was made (`tokenizers.VocabularyRecord`).
+      pretrained: what the starting model adds to ε (None: from scratch).
       tokenized: the tokenized splits (all but train when train is tokenized per lot).
       train_examples: the N training examples (a torch Dataset).
       split_stats: split -> `preprocess.SplitStats` (exact counts; private ones stay private).
@@ -65,6 +66,7 @@ class RunPieces:
     corpus: datasets.DatasetDict
     tokenizer: tokenizers.Tokenizer
     vocabulary: tokenizers.VocabularyRecord
+    pretrained: PretrainedClaim | None
     tokenized: datasets.DatasetDict
     train_examples: Any
     split_stats: dict[str, preprocess.SplitStats]
@@ -123,11 +125,13 @@ def tokenize_splits(config, corpus, tokenizer):
     return tokenized, examples, {"train": train_stats, **stats.splits}
 
 
-def _log_plan(plan: privacy.PrivacyPlan, vocabulary) -> None:
-    planned = privacy_report(plan, plan.num_steps, vocabulary)
+def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
+    planned = privacy_report(plan, plan.num_steps, vocabulary, pretrained=pretrained)
+    if pretrained is not None:
+        logging.info("Pretrained model: %s.", pretrained.note)
     logging.info(
         "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
-        "ε=%.4g at δ=%g; with the vocabulary (%s) the total is ε=%.4g, δ=%.3g.",
+        "ε=%.4g at δ=%g; with the vocabulary (%s)%s the total is ε=%.4g, δ=%.3g.",
         plan.bound,
         plan.noise_multiplier,
         plan.l2_clip,
@@ -138,6 +142,7 @@ def _log_plan(plan: privacy.PrivacyPlan, vocabulary) -> None:
         plan.epsilon_after(plan.num_steps),
         plan.delta,
         vocabulary.kind,
+        " and the pretrained export" if pretrained is not None and pretrained.composed else "",
         planned.total_epsilon,
         planned.total_delta if planned.total_delta is not None else math.nan,
     )
@@ -250,7 +255,8 @@ def build_run(
             "config.%s: the noise seed is fixed, this run has NO privacy guarantee (ε = ∞).",
             config_lib.FIXED_SEED_SWITCH,
         )
-    _log_plan(plan, vocabulary)
+    pretrained = pretrained_privacy.pretrained_claim(config)
+    _log_plan(plan, vocabulary, pretrained)
 
     # 7. Model and optimizer.
     with timer.phase("start-up: model init"):
@@ -304,6 +310,7 @@ def build_run(
         corpus=corpus,
         tokenizer=tokenizer,
         vocabulary=vocabulary,
+        pretrained=pretrained,
         tokenized=tokenized,
         train_examples=train_examples,
         split_stats=split_stats,

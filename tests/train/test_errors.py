@@ -1,6 +1,7 @@
 """Bad inputs fail before anything is written, in one line naming the field and the fix."""
 
 import os
+import shutil
 
 import datasets
 import pytest
@@ -247,3 +248,84 @@ def test_saved_tokenizer_without_record_is_never_relearnt(tmp_path, monkeypatch)
         pass
     assert not relearnt, "a workdir's DP vocabulary was learnt again from private data"
     assert (tmp_path / run_dir.TOKENIZER_FILE).read_bytes() == saved
+
+
+def _parallel_text_corpus(folder):
+    """A files: corpus as line-aligned text files (train.de + train.en, ...)."""
+    os.makedirs(folder, exist_ok=True)
+    for split, rows in (("train", ROWS), ("validation", ROWS[:8]), ("test", ROWS[:8])):
+        for side, lang in enumerate(("de", "en")):
+            with open(os.path.join(folder, f"{split}.{lang}"), "w", encoding="utf-8") as f:
+                f.write("".join(f"{row[side]}\n" for row in rows))
+    return str(folder)
+
+
+def test_public_vocabulary_text_that_is_the_private_corpus_is_refused(tmp_path, monkeypatch):
+    """sentencepiece_public on the run's own train text would report vocabulary ε 0."""
+    _stop_after_vocabulary(monkeypatch)
+    corpus = _parallel_text_corpus(tmp_path / "text")
+    public = tmp_path / "public"
+    public.mkdir()
+    shutil.copy(os.path.join(corpus, "train.en"), public / "copy.txt")  # Same bytes.
+    (public / "de_side.txt").write_text(  # The de side of the TSV corpus, as lines.
+        "\n".join(row[0] for row in ROWS) + "\n", encoding="utf-8"
+    )
+    (public / "news.txt").write_text("Das ist ein öffentlicher Satz.\nA public line.\n")
+    cases = [
+        # A path that resolves to the corpus's own train file.
+        (f"files:{corpus}", str(tmp_path / "text" / ".." / "text" / "train.de"), " is the "),
+        (f"files:{corpus}", str(public / "copy.txt"), "has the same bytes as"),
+        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "de_side.txt"), "same lines as"),
+    ]
+    for corpus_name, path, how in cases:
+        config = _config(tmp_path)
+        config.data.corpus = corpus_name
+        config.tokenizer.kind = "sentencepiece_public"
+        config.tokenizer.public_text_paths = (str(public / "news.txt"), path)
+        workdir = tmp_path / "run"
+        with pytest.raises(ConfigError) as error:
+            loop.train_and_evaluate(config, str(workdir))
+        message = str(error.value)
+        assert message.startswith(f"tokenizer.public_text_paths: {path}") and how in message
+        assert "train split" in message and "dp_sentencepiece" in message
+        assert not workdir.exists()
+    # Public text is accepted; so is the corpus's own text in a non-private run
+    # (its data are public there: the two-stage recipe's stage 1).
+    for variant, paths in (("eps8", (str(public / "news.txt"),)), ("nonprivate", cases[0][1:2])):
+        config = _config(tmp_path, variant)
+        config.data.corpus = f"files:{corpus}"
+        config.tokenizer.kind = "sentencepiece_public"
+        config.tokenizer.public_text_paths = paths
+        with pytest.raises(_Stop):
+            loop.train_and_evaluate(config, str(tmp_path / f"ok-{variant}"))
+
+
+def test_delta_at_least_one_over_n_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from dpnmt.data import dp_sentencepiece
+
+    learnt = []
+    real = dp_sentencepiece.train_dp_sentencepiece
+    monkeypatch.setattr(
+        dp_sentencepiece,
+        "train_dp_sentencepiece",
+        lambda *args, **kwargs: learnt.append(1) or real(*args, **kwargs),
+    )
+    _stop_after_vocabulary(monkeypatch)
+    workdir = tmp_path / "run"
+    config = _config(tmp_path)  # N = 120: 1/N = 0.00833.
+    config.dp.delta = 0.01
+    with pytest.raises(ConfigError) as error:
+        loop.train_and_evaluate(config, str(workdir))
+    message = str(error.value)
+    assert message.startswith("dp.delta=0.01 + tokenizer.dp_delta=1e-09: total δ=0.01 is at ")
+    assert "least 1/N = 0.00833 (N=120 training pairs" in message
+    assert "dp.delta=0.0001" in message and "dp.allow_large_delta=True" in message
+    # The total δ counts: DP-SGD's and the DP vocabulary's each below 1/N, not together.
+    config.dp.delta = config.tokenizer.dp_delta = 0.005
+    with pytest.raises(ConfigError, match=r"dp.delta=0.005 \+ tokenizer.dp_delta=0.005: total"):
+        loop.train_and_evaluate(config, str(workdir))
+    assert not workdir.exists() and not learnt  # Nothing written, no vocabulary ε spent.
+    config.dp.allow_large_delta = True  # The explicit override.
+    with pytest.raises(_Stop):
+        loop.train_and_evaluate(config, str(workdir))
+    assert learnt and (workdir / run_dir.CONFIG_FILE).exists()

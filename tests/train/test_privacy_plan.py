@@ -11,6 +11,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dpnmt import config_lib, privacy
 from dpnmt.data.tokenizers import VocabularyRecord
 from dpnmt.training import metrics, run_dir
+from dpnmt.training import privacy_report as privacy_report_module
 from dpnmt.training.privacy_report import PrivacyReport, privacy_report
 
 
@@ -182,3 +183,31 @@ def test_private_plan_with_zero_noise_is_refused_at_plan_time():
     dp, train = _configs(target_epsilon=None, noise_multiplier=0.0)
     with pytest.raises(ValueError, match="noise_multiplier"):
         privacy.plan_privacy(dp, train, dataset_size=1_000)
+
+
+class _Writer:
+    def __init__(self):
+        self.scalars = {}
+
+    def write(self, step, scalars):
+        self.scalars[step] = scalars
+
+
+def test_progress_line_shows_dp_sgd_and_the_total_with_the_vocabulary(caplog):
+    dp, train = _configs(noise_multiplier=1.0)
+    plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+    vocabulary = VocabularyRecord("dp_sentencepiece", True, epsilon=2.5, delta=1e-9)
+    step = plan.num_steps // 2
+    total = privacy_report_module.total_epsilon_after(plan, step, vocabulary)
+    assert total == pytest.approx(plan.epsilon_after(step) + 2.5)
+    writer = _Writer()
+    with caplog.at_level("INFO"):
+        metrics.log_progress(writer, plan, step, None, None, total_epsilon=total)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert f"DP-SGD {plan.epsilon_after(step):.4g}, total {total:.4g}" in line
+    assert writer.scalars[step]["privacy/total_epsilon_spent"] == total
+    # The report's total at the planned T is the same sum.
+    report = privacy_report(plan, plan.num_steps, vocabulary)
+    assert report.total_epsilon == privacy_report_module.total_epsilon_after(
+        plan, plan.num_steps, vocabulary
+    )

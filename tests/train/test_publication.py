@@ -134,3 +134,23 @@ def test_a_private_runs_profile_is_private_and_unlogged(run):
     published = {os.path.basename(path) for path in _published_files(workdir)}
     assert run_dir.PROFILE_FILE not in published
     assert not any("device steps" in line or "| phase |" in line for line in lines)
+
+
+def test_progress_lines_show_dp_sgd_and_total_epsilon_spent(run):
+    """The total adds the DP vocabulary's ε: showing DP-SGD's alone understates the spend."""
+    workdir, results, lines = run
+    report = results["privacy"]
+    vocabulary = report["vocabulary"]["epsilon"]
+    assert report["vocabulary"]["kind"] == "dp_sentencepiece" and vocabulary > 0
+    progress = [line for line in lines if line.startswith("step ")]
+    pattern = r"step (\d+)/\d+ .*ε spent: DP-SGD (\S+), total (\S+) \(with the vocabulary"
+    spent = [re.search(pattern, line) for line in progress]
+    assert spent and all(spent), progress[:2]
+    for match in spent:
+        assert float(match[3]) == pytest.approx(float(match[2]) + vocabulary, rel=1e-3)
+    last = spent[-1]
+    assert int(last[1]) == report["steps_planned"]
+    assert float(last[3]) == pytest.approx(report["total_epsilon"], rel=1e-3)
+    metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    totals = [m for m in metrics if "privacy/total_epsilon_spent" in m]
+    assert totals[-1]["privacy/total_epsilon_spent"] == pytest.approx(report["total_epsilon"])
