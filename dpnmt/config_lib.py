@@ -72,7 +72,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.testing_only_fixed_noise_seed_NO_PRIVACY = False  # Tests only (see the line above).
 
     c.data = ml_collections.ConfigDict()
-    c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
+    # wmt16 | bsd | clinspen | hub:<id> | files:<dir>; `detok:<name>` Moses-detokenises
+    # it; several, comma-separated, mix their train splits (non-private runs only;
+    # validation/test from the first; data options apply to the first).
+    c.data.corpus = "clinspen"  # The corpus or corpora (above).
+    c.data.corpus_weights = ()  # Several corpora: one weight > 0 each (rows x weight; () = 1s).
     c.data.pair = "es-en"  # Translation direction "src-tgt".
     c.data.dir = config_dict.placeholder(str)  # Local corpus folder; None: $DPNMT_DATA_DIR/hub.
     c.data.validation_size = config_dict.placeholder(int)  # wmt16/bsd/hub/files: carved off train.
@@ -101,6 +105,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.tokenizer.vocab_size = 1000  # SentencePiece vocabulary size (pieces).
     c.tokenizer.model_type = "unigram"  # SentencePiece algorithm: unigram | bpe.
     c.tokenizer.public_text_paths = ()  # sentencepiece_public: public text files.
+    # sentencepiece_public from PUBLIC corpora (names as in data.corpus, e.g.
+    # "files:tatoeba_de_en,detok:wmt16"): their train splits, both sides of
+    # data.pair; built once and cached by content (python -m dpnmt.public_vocab).
+    c.tokenizer.public_corpora = ""  # Public corpora of the vocabulary (above).
     c.tokenizer.private_data_ok = False  # sentencepiece_private: explicit opt-in.
     c.tokenizer.dp_noise_stddev = 20.0  # DP-SentencePiece: σ of each word count.
     c.tokenizer.dp_delta = 1e-9  # DP-SentencePiece: its δ (composed with DP-SGD's).
