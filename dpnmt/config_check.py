@@ -181,6 +181,7 @@ _RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.learning_rate", lambda v: v > 0 and math.isfinite(v), "> 0"),
     ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("train.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1) (0: plain cross-entropy)"),
     ("train.eval_every_steps", lambda v: v >= 0, ">= 0 (0: only at the end; unset: auto)"),
     ("train.early_stopping_patience", lambda v: v >= 0, ">= 0 (0: never stop early)"),
     ("train.checkpoint_every_steps", lambda v: v >= 1, ">= 1"),

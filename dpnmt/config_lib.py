@@ -161,6 +161,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.warmup_steps = 5  # Linear warm-up steps.
     c.train.decay = "linear"  # Decay after warm-up: constant | linear | cosine.
     c.train.weight_decay = 0.0  # adamw only.
+    # Label smoothing of the training loss (each example's own token mean; 0: plain
+    # cross-entropy). Validation loss stays plain cross-entropy.
+    c.train.label_smoothing = 0.0  # In [0, 1).
     # Validation loss + BLEU every K steps (0: only at the end; None: at most
     # EVALUATIONS_PER_RUN times a run and at most once per
     # EVAL_EXAMPLE_RATIO * data.max_eval_examples trained examples, see
