@@ -273,6 +273,22 @@ def small_t5_from_scratch(model: ml_collections.ConfigDict) -> None:
     model.dropout_rate = 0.1
 
 
+def sibling_config(config_file: str, name: str):
+    """The config module `name` ("multi30k") beside `config_file` (configs/ is no package).
+
+    Lets one config file reuse another's pieces, e.g. `configs/public_de_en.py`
+    the public vocabulary of `configs/multi30k.py`.
+    """
+    import importlib.util  # noqa: PLC0415 - config files only.
+    import os  # noqa: PLC0415
+
+    path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"dpnmt_configs_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_config(
     arg: str | None, customize: Callable[[ml_collections.ConfigDict], None] | None = None
 ) -> ml_collections.ConfigDict:
