@@ -1,7 +1,11 @@
 """The public vocabulary of named corpora: cached by content, ε 0, never the private corpus."""
 
 import json
+import os
+import pathlib
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -113,3 +117,29 @@ def test_public_corpora_need_the_runs_pair(tmp_path):
     config.data.pair = "fr-en"
     problems = config_check.public_corpora_problems(config)
     assert problems and "fr-en" in problems[0], problems
+
+
+def test_the_app_builds_it_ahead_and_measures_pieces_per_sentence(tmp_path, cache):
+    a = _corpus(tmp_path / "a", seed=1)
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    command = [
+        sys.executable,
+        "-m",
+        "dpnmt.public_vocab",
+        f"--corpora=files:{a}",
+        "--pair=de-en",
+        "--vocab_size=300",
+        f"--measure=files:{a}",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["built_now"] and summary["folder"].startswith(str(cache))
+    assert summary["record"]["epsilon"] == 0.0
+    measured = summary["pieces_per_sentence"]
+    assert measured["split"] == "validation" and measured["de"]["sentences"] == 10
+    assert 0 < measured["en"]["mean"] <= measured["en"]["p95"]
+    # Then a run with the same corpora finds it in the cache.
+    spec = public_vocab.PublicVocabSpec.create(f"files:{a}", "de-en", 300)
+    assert not public_vocab.build_public_vocabulary(spec).built
