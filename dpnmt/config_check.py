@@ -357,10 +357,10 @@ def public_corpora_problems(config) -> list[str]:
             "source of public text for the vocabulary."
         ]
     try:
-        public = corpora.parse_corpus_names(spec)
+        public = corpora.parse_corpus_names(spec, "tokenizer.public_corpora")
         private = corpora.parse_corpus_names(config.data.corpus)
     except InputError as error:
-        return [f"tokenizer.public_corpora: {error}"]
+        return [str(error)]
     problems = [p for e in public if (p := _public_corpus_problem(e, config.data.pair))]
     if problems or not config.dp.enabled:
         return problems  # Non-private: the public stage trains on these corpora too.
@@ -421,8 +421,10 @@ def _mixture_problems(config) -> list[str]:
         return [str(error)]
     if config.dp.enabled and (len(entries) > 1 or any(w != 1 for w in weights)):
         problems.append(
-            f"data.corpus={spec!r} with data.corpus_weights={weights!r} in a private run: a DP "
-            "run's N, q and guarantee come from its private corpus alone, and the accounting "
+            f"data.corpus={spec!r}"
+            + (f" with data.corpus_weights={weights!r}" if weights else "")
+            + " in a private run: a DP run's N, q and guarantee come from its private corpus "
+            "alone, and the accounting "
             "for mixing in (or repeating) other pairs is not implemented. Give one corpus and "
             "no weights, or pre-train on the public mixture in a non-private run first."
         )

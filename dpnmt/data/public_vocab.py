@@ -68,7 +68,8 @@ class PublicVocabSpec:
         cls, corpora: str, pair: str, vocab_size: int, model_type: str = "unigram"
     ) -> "PublicVocabSpec":
         """From a comma-separated corpus list and a pair ("de-en")."""
-        names = tuple(entry.name for entry in mixture.parse_corpus_names(corpora))
+        entries = mixture.parse_corpus_names(corpora, "tokenizer.public_corpora")
+        names = tuple(entry.name for entry in entries)
         languages = tuple(sorted(parse_pair(pair).languages))
         return cls(names, languages, int(vocab_size), model_type)
 

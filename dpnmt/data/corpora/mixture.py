@@ -46,8 +46,12 @@ class CorpusName:
     detokenize: bool
 
 
-def parse_corpus_names(spec: str) -> tuple[CorpusName, ...]:
+def parse_corpus_names(spec: str, field: str = "data.corpus") -> tuple[CorpusName, ...]:
     """Splits "a,detok:b" into its entries (registry names are checked by `lookup`).
+
+    Args:
+      spec: the comma-separated names.
+      field: the config field `spec` came from, for messages.
 
     Raises:
       ConfigError: an empty list, an empty entry, or a name given twice.
@@ -55,11 +59,11 @@ def parse_corpus_names(spec: str) -> tuple[CorpusName, ...]:
     names = [part.strip() for part in str(spec or "").split(",")]
     if not names or any(not name for name in names):
         raise ConfigError(
-            f"data.corpus={spec!r}: give one corpus name or several separated by commas "
+            f"{field}={spec!r}: give one corpus name or several separated by commas "
             "(e.g. 'files:tatoeba_de_en,detok:wmt16'), with no empty entry."
         )
     if len(set(names)) != len(names):
-        raise ConfigError(f"data.corpus={spec!r} names a corpus twice; use data.corpus_weights.")
+        raise ConfigError(f"{field}={spec!r} names a corpus twice; give each once.")
     entries = []
     for name in names:
         detokenize = name.startswith(DETOK_PREFIX)
