@@ -1,6 +1,6 @@
 """Training examples/s on Multi30K with and without length buckets (`data.length_buckets`).
 
-Builds a run of `configs/multi30k.py:eps8` (its corpus, DP-SentencePiece
+Builds a run of `configs/multi30k_dp_vocab.py:eps8` (its corpus, DP-SentencePiece
 vocabulary, Poisson lots and DP lot step; a smaller model unless
 `--model=config`), then feeds the same lots through the trainer's pipeline
 (`bridge.device_lots`) and step (`add_microbatch` per micro-batch, then the
@@ -23,7 +23,7 @@ import time
 import jax
 import numpy as np
 
-from configs import multi30k
+from configs import multi30k_dp_vocab as multi30k
 from dpnmt import bridge, core
 from dpnmt.bridge import buckets as bucket_lengths
 from dpnmt.bridge.dataset import INPUT_IDS, LABELS
@@ -138,7 +138,7 @@ def main():
     if args.model == "small":
         model = "small: " + ", ".join(f"{k}={v}" for k, v in SMALL_MODEL.items())
     print(
-        f"Multi30K de-en, configs/multi30k.py:eps8, model {model}, "
+        f"Multi30K de-en, configs/multi30k_dp_vocab.py:eps8, model {model}, "
         f"L={args.lot_size}, b={config.train.physical_batch_size}, {args.lots} lots per mode "
         f"(alternating), {jax.device_count()} {jax.devices()[0].platform} device(s); "
         f"compiling {len(shapes)} shapes took {compile_s:.0f} s (not timed below)."

@@ -68,6 +68,7 @@ CORPUS_OPTION_FIELDS = {
 # but no checkpoint accepts a config that differs in other fields only.
 VOCABULARY_FIELDS = (
     "data.corpus",
+    "data.corpus_weights",
     "data.pair",
     "data.dir",
     "data.validation_size",
@@ -191,6 +192,7 @@ _RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.learning_rate", lambda v: v > 0 and math.isfinite(v), "> 0"),
     ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("train.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1) (0: plain cross-entropy)"),
     ("train.eval_every_steps", lambda v: v >= 0, ">= 0 (0: only at the end; unset: auto)"),
     ("train.early_stopping_patience", lambda v: v >= 0, ">= 0 (0: never stop early)"),
     ("train.checkpoint_every_steps", lambda v: v >= 1, ">= 1"),
@@ -333,11 +335,14 @@ def _tokenizer_problems(config) -> list[str]:
         problems += _range_problems(config, _DP_VOCABULARY_RANGES)
     if kind == "sentencepiece_public":
         paths = list(config.tokenizer.public_text_paths)
-        if not paths:
+        public_corpora = config.tokenizer.get("public_corpora", "")
+        if not paths and not public_corpora:
             problems.append(
-                "tokenizer.kind='sentencepiece_public' needs tokenizer.public_text_paths "
-                "(public text files to learn the vocabulary from)."
+                "tokenizer.kind='sentencepiece_public' needs tokenizer.public_corpora (public "
+                "corpora, e.g. 'files:tatoeba_de_en,detok:wmt16') or tokenizer.public_text_paths "
+                "(public text files) to learn the vocabulary from."
             )
+        problems += public_corpora_problems(config)
         problems += [
             f"tokenizer.public_text_paths: {p} does not exist; fix the path."
             for p in paths
@@ -348,6 +353,91 @@ def _tokenizer_problems(config) -> list[str]:
             "tokenizer.kind='sentencepiece_private' learns the vocabulary from private data "
             "WITHOUT DP: set tokenizer.private_data_ok=True to accept that, or use "
             "dp_sentencepiece."
+        )
+    return problems
+
+
+def public_corpora_problems(config) -> list[str]:
+    """`tokenizer.public_corpora`: known names, not with text paths, never the private corpus."""
+    spec = config.tokenizer.get("public_corpora", "")
+    if not spec:
+        return []
+    if list(config.tokenizer.public_text_paths):
+        return [
+            "tokenizer.public_corpora and tokenizer.public_text_paths are both set; give one "
+            "source of public text for the vocabulary."
+        ]
+    try:
+        public = corpora.parse_corpus_names(spec, "tokenizer.public_corpora")
+        private = corpora.parse_corpus_names(config.data.corpus)
+    except InputError as error:
+        return [str(error)]
+    problems = [p for e in public if (p := _public_corpus_problem(e, config.data.pair))]
+    if problems or not config.dp.enabled:
+        return problems  # Non-private: the public stage trains on these corpora too.
+    folders = {_corpus_identity(entry.registry_name) for entry in private}
+    shared = [e.name for e in public if _corpus_identity(e.registry_name) in folders]
+    if shared:
+        return [
+            f"tokenizer.public_corpora={spec!r} includes {shared}, the private training data of "
+            f"this DP run (data.corpus={config.data.corpus!r}): a vocabulary learnt from it "
+            "without DP voids the guarantee. Name public corpora only, or use "
+            "tokenizer.kind='dp_sentencepiece'."
+        ]
+    return []
+
+
+def _public_corpus_problem(entry, pair: str) -> str | None:
+    """A public corpus that is missing or lacks the run's pair (cheap: folder and pair)."""
+    corpus, argument = corpora.lookup(entry.registry_name)
+    try:
+        direction = languages.parse_pair(pair)
+    except ValueError:
+        return None  # Named by the data checks.
+    where = f"tokenizer.public_corpora: {entry.name!r}"
+    if corpus.name == "wmt16":
+        try:
+            languages.check_pair_available(direction, corpora.WMT16_PAIRS, "wmt16")
+        except ValueError as error:
+            return f"{where}: {error} Name public corpora of data.pair={pair!r}."
+    if corpus.name != "files":
+        return None
+    folder = corpora.files.resolve_folder(argument)
+    if not os.path.isdir(folder):
+        return f"{where}: folder {argument} does not exist here or under ${corpora.DATA_DIR_ENV}."
+    try:
+        found = corpora.common.read_local_split(folder, "train", direction)
+    except InputError as error:
+        return f"{where}: {error}"
+    if found is None:
+        return f"{where}: {folder} has no train file for {pair}."
+    return None
+
+
+def _corpus_identity(registry_name: str) -> str:
+    """What a corpus name reads: a `files:` folder's real path, else the name itself."""
+    corpus, argument = corpora.lookup(registry_name)
+    if corpus.name == "files":
+        return "files:" + os.path.realpath(corpora.files.resolve_folder(argument))
+    return registry_name
+
+
+def _mixture_problems(config) -> list[str]:
+    """Several corpora (or weights) in `data.corpus`: well formed, and never in a DP run."""
+    spec, weights = config.data.corpus, tuple(config.data.get("corpus_weights", ()))
+    try:
+        entries = corpora.parse_corpus_names(spec)
+        problems = corpora.mixture.check_weights(spec, weights)
+    except InputError as error:
+        return [str(error)]
+    if config.dp.enabled and (len(entries) > 1 or any(w != 1 for w in weights)):
+        problems.append(
+            f"data.corpus={spec!r}"
+            + (f" with data.corpus_weights={weights!r}" if weights else "")
+            + " in a private run: a DP run's N, q and guarantee come from its private corpus "
+            "alone, and the accounting "
+            "for mixing in (or repeating) other pairs is not implemented. Give one corpus and "
+            "no weights, or pre-train on the public mixture in a non-private run first."
         )
     return problems
 
@@ -368,10 +458,13 @@ def _data_problems(config) -> list[str]:
         languages.parse_pair(config.data.pair)
     except ValueError as error:
         problems.append(f"data.pair={config.data.pair!r}: {error}")
+    mixture_problems = _mixture_problems(config)
     try:
-        accepted = corpora.accepted_options(config.data.corpus)
-    except InputError as error:
-        return [*problems, str(error)]
+        first = corpora.mixture.first_registry_name(config.data.corpus)
+        accepted = corpora.accepted_options(first)
+    except InputError:
+        return [*problems, *mixture_problems]
+    problems += mixture_problems
     for field, option in CORPUS_OPTION_FIELDS.items():
         value = _get(config, field)
         if value is not None and option not in accepted:
@@ -385,13 +478,14 @@ def _data_problems(config) -> list[str]:
             f"data.dir={config.data.dir!r} is not a folder; give the corpus folder (or the data "
             f"root holding it), or unset it to use ${corpora.DATA_DIR_ENV} or the download."
         )
-    corpus, argument = corpora.lookup(config.data.corpus)
-    if corpus.name == "files" and not os.path.isdir(corpora.files.resolve_folder(argument)):
-        problems.append(
-            f"data.corpus={config.data.corpus!r}: folder {argument} does not exist here or "
-            f"under ${corpora.DATA_DIR_ENV}; give a "
-            "folder of train/validation/test files (README: 'Your own data and model')."
-        )
+    for entry in corpora.parse_corpus_names(config.data.corpus):
+        corpus, argument = corpora.lookup(entry.registry_name)
+        if corpus.name == "files" and not os.path.isdir(corpora.files.resolve_folder(argument)):
+            problems.append(
+                f"data.corpus={config.data.corpus!r}: folder {argument} does not exist here or "
+                f"under ${corpora.DATA_DIR_ENV}; give a "
+                "folder of train/validation/test files (README: 'Your own data and model')."
+            )
     return problems
 
 

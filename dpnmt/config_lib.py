@@ -72,7 +72,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.testing_only_fixed_noise_seed_NO_PRIVACY = False  # Tests only (see the line above).
 
     c.data = ml_collections.ConfigDict()
-    c.data.corpus = "clinspen"  # wmt16 | bsd | clinspen | hub:<id> | files:<dir>
+    # wmt16 | bsd | clinspen | hub:<id> | files:<dir>; `detok:<name>` Moses-detokenises
+    # it; several, comma-separated, mix their train splits (non-private runs only;
+    # validation/test from the first; data options apply to the first).
+    c.data.corpus = "clinspen"  # The corpus or corpora (above).
+    c.data.corpus_weights = ()  # Several corpora: one weight > 0 each (rows x weight; () = 1s).
     c.data.pair = "es-en"  # Translation direction "src-tgt".
     c.data.dir = config_dict.placeholder(str)  # Local corpus folder; None: $DPNMT_DATA_DIR/hub.
     c.data.validation_size = config_dict.placeholder(int)  # wmt16/bsd/hub/files: carved off train.
@@ -101,6 +105,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.tokenizer.vocab_size = 1000  # SentencePiece vocabulary size (pieces).
     c.tokenizer.model_type = "unigram"  # SentencePiece algorithm: unigram | bpe.
     c.tokenizer.public_text_paths = ()  # sentencepiece_public: public text files.
+    # sentencepiece_public from PUBLIC corpora (names as in data.corpus, e.g.
+    # "files:tatoeba_de_en,detok:wmt16"): their train splits, both sides of
+    # data.pair; built once and cached by content (python -m dpnmt.public_vocab).
+    c.tokenizer.public_corpora = ""  # Public corpora of the vocabulary (above).
     c.tokenizer.private_data_ok = False  # sentencepiece_private: explicit opt-in.
     c.tokenizer.dp_noise_stddev = 20.0  # DP-SentencePiece: σ of each word count.
     c.tokenizer.dp_delta = 1e-9  # DP-SentencePiece: its δ (composed with DP-SGD's).
@@ -157,6 +165,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.warmup_steps = 5  # Linear warm-up steps.
     c.train.decay = "linear"  # Decay after warm-up: constant | linear | cosine.
     c.train.weight_decay = 0.0  # adamw only.
+    # Label smoothing of the training loss (each example's own token mean; 0: plain
+    # cross-entropy). Validation loss stays plain cross-entropy.
+    c.train.label_smoothing = 0.0  # In [0, 1).
     # Validation loss + BLEU every K steps (0: only at the end; None: at most
     # EVALUATIONS_PER_RUN times a run and at most once per
     # EVAL_EXAMPLE_RATIO * data.max_eval_examples trained examples, see
@@ -264,6 +275,22 @@ def small_t5_from_scratch(model: ml_collections.ConfigDict) -> None:
     model.num_layers = 3
     model.num_decoder_layers = 3
     model.dropout_rate = 0.1
+
+
+def sibling_config(config_file: str, name: str):
+    """The config module `name` ("multi30k") beside `config_file` (configs/ is no package).
+
+    Lets one config file reuse another's pieces, e.g. `configs/public_de_en.py`
+    the public vocabulary of `configs/multi30k.py`.
+    """
+    import importlib.util  # noqa: PLC0415 - config files only.
+    import os  # noqa: PLC0415
+
+    path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"dpnmt_configs_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_config(

@@ -23,6 +23,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # `python -m dpnmt.train` children: no compilation cache in the user's home
 # (dpnmt.training.compilation_cache); a sweep's own jax_cache still applies.
 os.environ.setdefault("DPNMT_COMPILATION_CACHE", "off")
+# Public vocabularies (dpnmt.data.public_vocab) built by tests go to a temporary
+# folder, not the user's ~/.cache; removed when the session ends.
+if "DPNMT_CACHE_DIR" not in os.environ:
+    import atexit  # noqa: E402
+    import shutil  # noqa: E402
+    import tempfile  # noqa: E402
+
+    os.environ["DPNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpnmt-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["DPNMT_CACHE_DIR"], ignore_errors=True)
 
 import hypothesis  # noqa: E402
 

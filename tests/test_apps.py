@@ -16,6 +16,7 @@ APPS = (
     "dpnmt.report",
     "dpnmt.audit",
     "dpnmt.noise_to_signal",
+    "dpnmt.public_vocab",
 )
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -110,7 +110,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     settings = resolve_settings()
     pair = languages.parse_pair(settings.pair)
-    corpus = corpora.load_corpus(settings.corpus, pair, **settings.options)
+    corpus = corpora.load_corpora(settings.corpus, pair, **settings.options)
     print(f"corpus {settings.corpus} {pair}")
     for split, dataset in corpus.items():
         print(f"  {split:<10} {len(dataset):>9,d} pairs  ({dataset.info.description})")

@@ -336,6 +336,29 @@ def train_sentencepiece(
     return tokenizer, record
 
 
+def train_sentencepiece_on_texts(
+    texts: Iterable[str],
+    *,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    byte_fallback: bool = True,
+    seed: int = 0,
+) -> SentencePieceTokenizer:
+    """Trains SentencePiece in memory on PUBLIC sentences (`dpnmt.data.public_vocab`).
+
+    The caller makes the `VocabularyRecord`: only it knows where the text came from.
+    """
+    return _train_in_memory(
+        {"sentence_iterator": iter(texts)},
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        seed=seed,
+    )
+
+
 def train_private_sentencepiece(
     texts: Iterable[str],
     *,

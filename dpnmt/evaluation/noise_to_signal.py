@@ -142,8 +142,13 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
         trainable, frozen = models.split_params(params, predicate)
 
         def loss_fn(train, example, frozen=frozen):
-            return steps.example_loss(
-                model, model_config, models.merge_params(train, frozen), example, None
+            return steps.example_loss(  # The training loss: its clipped gradients.
+                model,
+                model_config,
+                models.merge_params(train, frozen),
+                example,
+                None,
+                label_smoothing=float(config.train.get("label_smoothing", 0.0)),
             )
 
         out[name] = dataclasses.asdict(clipped_signal(loss_fn, trainable, micro, plan.l2_clip))

@@ -103,7 +103,7 @@ def train_and_evaluate(
         run.tokenizer,
         run.tokenized,
         run.corpus,
-        steps.make_eval_loss(run.loss_fn, local_mesh),
+        steps.make_eval_loss(run.eval_loss_fn or run.loss_fn, local_mesh),
         local_mesh,
         timer=timer,
     )

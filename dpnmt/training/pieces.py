@@ -17,7 +17,7 @@ import jax
 import ml_collections
 
 from dpnmt import config_check, config_lib, models
-from dpnmt.data import corpora, dp_sentencepiece, health, tokenizers
+from dpnmt.data import corpora, dp_sentencepiece, health, public_vocab, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ConfigError, ModelUnavailableError
@@ -29,7 +29,12 @@ from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
     """The corpus named by `config.data`, train split limited if asked."""
     options = config_check.corpus_options(config)  # data.dir -> data_dir, ...
-    corpus = corpora.load_corpus(config.data.corpus, config.data.pair, **options)
+    corpus = corpora.load_corpora(
+        config.data.corpus,
+        config.data.pair,
+        weights=tuple(config.data.get("corpus_weights", ())),
+        **options,
+    )
     limit = config.data.max_train_examples
     if limit is not None and limit < len(corpus["train"]):
         logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
@@ -154,6 +159,14 @@ def build_tokenizer(
         tokenizer, record = dp_sentencepiece.train_dp_sentencepiece(
             examples, params=params, seed=noise_seed, **common
         )
+    elif kind == "sentencepiece_public" and config.tokenizer.get("public_corpora"):
+        built = public_vocab.build_public_vocabulary(
+            public_vocab.PublicVocabSpec.from_config(config)
+        )
+        logging.info(
+            "Public vocabulary (%s): %s.", "learnt" if built.built else "cached", built.record.note
+        )
+        tokenizer, record = built.tokenizer, built.record
     elif kind == "sentencepiece_public":
         tokenizer, record = tokenizers.train_sentencepiece(
             list(config.tokenizer.public_text_paths), **common

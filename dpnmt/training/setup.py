@@ -51,7 +51,10 @@ class RunPieces:
       model, model_config: the flax module and its config.
       trainable, frozen: the initial parameters, split by `model.trainable`.
       tx, opt_state: the optimizer and its initial state.
-      loss_fn: `(params, example, dropout_key) -> loss` of one example.
+      loss_fn: `(params, example, dropout_key) -> loss` of one example (training:
+        label-smoothed when `train.label_smoothing` > 0).
+      eval_loss_fn: the same signature, plain cross-entropy (validation loss);
+        None: `loss_fn`.
       mesh: the data mesh the lot step runs on.
       step_fns: the DP lot step (`steps.LotStep`).
       lots: the lot sampler over example indices (Poisson or shuffled).
@@ -83,6 +86,7 @@ class RunPieces:
     mesh: jax.sharding.Mesh
     step_fns: steps.LotStep
     lots: Any
+    eval_loss_fn: Callable | None = None
 
     @property
     def private_splits(self) -> set[str]:
@@ -268,7 +272,14 @@ def build_run(
         tx = steps.make_optimizer(config.train, plan.num_steps)
         opt_state = timer.sync(tx.init(trainable))
 
+    label_smoothing = float(config.train.get("label_smoothing", 0.0))
+
     def loss_fn(full_params, example, dropout_key):
+        return steps.example_loss(
+            model, model_config, full_params, example, dropout_key, label_smoothing=label_smoothing
+        )
+
+    def eval_loss_fn(full_params, example, dropout_key):  # Plain cross-entropy.
         return steps.example_loss(model, model_config, full_params, example, dropout_key)
 
     # 8. The DP lot step: noise once per lot on the sum of clipped gradients, ÷ L.
@@ -324,6 +335,7 @@ def build_run(
         tx=tx,
         opt_state=opt_state,
         loss_fn=loss_fn,
+        eval_loss_fn=eval_loss_fn,
         mesh=mesh,
         step_fns=step_fns,
         lots=lots,

@@ -30,7 +30,9 @@ from dpnmt.bridge.sharding import batch_sharding, replicated_sharding
 ExampleLoss = Callable[[chex.ArrayTree, dict, chex.PRNGKey | None], chex.Array]
 
 
-def example_loss(model, model_config, params, example, dropout_key) -> jax.Array:
+def example_loss(
+    model, model_config, params, example, dropout_key, *, label_smoothing: float = 0.0
+) -> jax.Array:
     """Token-mean cross-entropy of ONE example (padding tokens ignored).
 
     Args:
@@ -39,6 +41,9 @@ def example_loss(model, model_config, params, example, dropout_key) -> jax.Array
       params: full parameters.
       example: `input_ids [S]`, `input_length []`, `labels [T]`, `label_length []`.
       dropout_key: this example's own dropout key, or None for no dropout.
+      label_smoothing: s in [0, 1): each token's target is (1 - s) on its label
+        plus s / V on every one of the V classes (`optax.smooth_labels`); 0 is
+        plain cross-entropy.
 
     Returns:
       float32 scalar: the mean over the example's own target tokens, so the
@@ -60,11 +65,32 @@ def example_loss(model, model_config, params, example, dropout_key) -> jax.Array
         deterministic=dropout_key is None,
         rngs=rngs,
     )[0]
-    token_losses = optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), labels[0]
-    )
+    token_losses = smoothed_cross_entropy(logits.astype(jnp.float32), labels[0], label_smoothing)
     num_tokens = jnp.maximum(jnp.sum(target_mask), 1)
     return jnp.sum(jnp.where(target_mask, token_losses, 0.0)) / num_tokens
+
+
+def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing: float) -> jax.Array:
+    """Per-token cross-entropy against label-smoothed targets.
+
+    Args:
+      logits: `[T, V]` float32.
+      labels: `[T]` integer ids.
+      smoothing: s in [0, 1), a Python float; 0 gives optax's plain
+        `softmax_cross_entropy_with_integer_labels` exactly.
+
+    Returns:
+      `[T]`: (1 - s) * (-log p[label]) + s * mean over the V classes of -log p,
+      i.e. `optax.softmax_cross_entropy(logits, optax.smooth_labels(one_hot, s))`
+      without building the `[T, V]` one-hot targets.
+    """
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"train.label_smoothing={smoothing!r} must be in [0, 1).")
+    if smoothing == 0.0:
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(log_probs, labels[:, None], axis=-1)[:, 0]
+    return (1.0 - smoothing) * nll - smoothing * jnp.mean(log_probs, axis=-1)
 
 
 def make_optimizer(train_config, num_steps: int) -> optax.GradientTransformation:

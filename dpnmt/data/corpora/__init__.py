@@ -7,7 +7,9 @@ and "test", each with one column `translation` holding {source: str, target: str
 
 One module a corpus (`wmt16`, `bsd`, `clinspen`, `hub`, `files`), each with a
 frozen dataclass of the options its loader accepts; `registry.CORPORA` maps
-names to them, and `load_corpus` is the one entry point.
+names to them, and `load_corpus` is the one entry point for one corpus;
+`mixture.load_corpora` reads `data.corpus` (one corpus, several separated by
+commas, `detok:` for Moses-detokenised text) on top of it.
 
 Where the data comes from:
   * `data_dir` given: that folder (or its corpus sub-folder, e.g.
@@ -40,6 +42,13 @@ from dpnmt.data.corpora.common import (
 )
 from dpnmt.data.corpora.files import FilesOptions, load_files
 from dpnmt.data.corpora.hub import HubOptions, load_hub
+from dpnmt.data.corpora.mixture import (
+    DETOK_PREFIX,
+    CorpusName,
+    is_mixture,
+    load_corpora,
+    parse_corpus_names,
+)
 from dpnmt.data.corpora.registry import (
     CORPORA,
     LOADERS,
@@ -56,6 +65,7 @@ __all__ = [
     "BSD_URL",
     "CLINSPEN_URL",
     "CORPORA",
+    "DETOK_PREFIX",
     "DATA_DIR_ENV",
     "LOADERS",
     "SPLITS",
@@ -65,6 +75,7 @@ __all__ = [
     "BsdOptions",
     "ClinSpEnOptions",
     "Corpus",
+    "CorpusName",
     "FilesOptions",
     "HubOptions",
     "LanguagePair",
@@ -74,7 +85,9 @@ __all__ = [
     "carve_validation",
     "corpus_pair",
     "load_bsd",
+    "is_mixture",
     "load_clinspen",
+    "load_corpora",
     "load_corpus",
     "load_files",
     "load_hub",
@@ -82,6 +95,7 @@ __all__ = [
     "lookup",
     "make_corpus",
     "make_options",
+    "parse_corpus_names",
     "parse_pair",
     "resolve_corpus_dir",
     "translation_features",

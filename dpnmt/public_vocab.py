@@ -1,0 +1,70 @@
+r"""Builds (or finds) the cached SentencePiece vocabulary of PUBLIC corpora.
+
+    python -m dpnmt.public_vocab --config=configs/multi30k.py
+    python -m dpnmt.public_vocab --corpora=files:tatoeba_de_en,detok:wmt16 \
+        --pair=de-en --vocab_size=8000 --measure=files:multi30k
+
+With --config it builds exactly the vocabulary that config's runs use
+(`tokenizer.public_corpora`, `data.pair`, `tokenizer.vocab_size`,
+`tokenizer.model_type`); the plain flags override those fields or stand
+alone. It prints the cache folder and the vocabulary's record (JSON), and with
+--measure the pieces per sentence of that corpus's --measure_split, each side.
+A run builds the same vocabulary on first use when it is missing; this app
+builds it ahead (`dpnmt.data.public_vocab`: cache folder, key, record).
+"""
+
+import json
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from dpnmt import cli, config_check
+from dpnmt.data import public_vocab
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file whose public vocabulary to build (optional)."
+)
+_CORPORA = flags.DEFINE_string(
+    "corpora", None, "Overrides tokenizer.public_corpora: e.g. files:tatoeba_de_en,detok:wmt16."
+)
+_PAIR = flags.DEFINE_string("pair", None, "Overrides data.pair, e.g. de-en (default de-en).")
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "Overrides tokenizer.vocab_size (8000).")
+_MODEL_TYPE = flags.DEFINE_enum(
+    "model_type", None, ["unigram", "bpe"], "Overrides tokenizer.model_type (unigram)."
+)
+_REBUILD = flags.DEFINE_bool("rebuild", False, "Learn it again even when cached.")
+_MEASURE = flags.DEFINE_string(
+    "measure", None, "A corpus (e.g. files:multi30k) to report pieces per sentence of."
+)
+_MEASURE_SPLIT = flags.DEFINE_enum(
+    "measure_split", "validation", ["train", "validation", "test"], "The split --measure reads."
+)
+
+
+def main(argv):
+    """Resolves the spec from --config and the flags, then builds and prints it."""
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
+    if config is not None:
+        config_check.raise_problems(config_check.public_corpora_problems(config))
+    corpora = _CORPORA.value or (config.tokenizer.public_corpora if config else "")
+    if not corpora:
+        raise app.UsageError(
+            "Name the public corpora: --corpora=..., or a --config whose "
+            "tokenizer.public_corpora is set."
+        )
+    spec = public_vocab.PublicVocabSpec.create(
+        corpora,
+        _PAIR.value or (config.data.pair if config else "de-en"),
+        _VOCAB_SIZE.value or (config.tokenizer.vocab_size if config else 8000),
+        _MODEL_TYPE.value or (config.tokenizer.model_type if config else "unigram"),
+    )
+    summary = public_vocab.build_and_measure(
+        spec, rebuild=_REBUILD.value, measure=_MEASURE.value, measure_split=_MEASURE_SPLIT.value
+    )
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,145 @@
+"""The public vocabulary of named corpora: cached by content, ε 0, never the private corpus."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dpnmt import config_check, config_lib
+from dpnmt.data import public_vocab
+from dpnmt.training import pieces
+from tests.data.conftest import generated_sentences
+
+
+def _corpus(folder, seed, rows=600):
+    folder.mkdir(parents=True)
+    de, en = generated_sentences(rows, seed), generated_sentences(rows, seed + 100)
+    for split, (lo, hi) in (
+        ("train", (0, rows - 20)),
+        ("validation", (-20, -10)),
+        ("test", (-10, None)),
+    ):
+        lines = ["en\tde", *(f"{e}\t{d}" for d, e in zip(de[lo:hi], en[lo:hi], strict=True))]
+        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(public_vocab.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _spec(*folders, vocab_size=300):
+    return public_vocab.PublicVocabSpec.create(
+        ",".join(f"files:{f}" for f in folders), "en-de", vocab_size
+    )
+
+
+def test_built_once_then_cached_keyed_by_content_not_path(tmp_path, cache):
+    a = _corpus(tmp_path / "one" / "a", seed=1)
+    first = public_vocab.build_public_vocabulary(_spec(a))
+    assert first.built and first.folder.startswith(str(cache))
+    again = public_vocab.build_public_vocabulary(_spec(a))
+    assert not again.built and again.folder == first.folder
+    assert again.tokenizer.fingerprint == first.tokenizer.fingerprint
+    # The same text elsewhere, or the other direction: the same vocabulary.
+    moved = shutil.copytree(a, tmp_path / "two" / "b")
+    assert public_vocab.build_public_vocabulary(_spec(moved)).folder == first.folder
+    flipped = public_vocab.PublicVocabSpec.create(f"files:{a}", "de-en", 300)
+    assert public_vocab.build_public_vocabulary(flipped).folder == first.folder
+    # Other text or options: another vocabulary.
+    other = _corpus(tmp_path / "c", seed=2)
+    assert public_vocab.build_public_vocabulary(_spec(other)).folder != first.folder
+    assert public_vocab.build_public_vocabulary(_spec(a, vocab_size=320)).folder != first.folder
+
+
+def test_record_says_public_epsilon_zero_and_holds_no_path(tmp_path, cache):
+    a, b = _corpus(tmp_path / "a", seed=1), _corpus(tmp_path / "b", seed=3)
+    built = public_vocab.build_public_vocabulary(_spec(a, b))
+    record = built.record
+    assert record.kind == "sentencepiece_public" and record.covered_by_guarantee
+    assert record.epsilon == 0.0 and record.delta == 0.0
+    corpora_info = record.details["public_corpora"]
+    assert [c["sentences"] for c in corpora_info] == [2 * 580, 2 * 580]  # Train, both sides.
+    on_disk = (cache / "vocab" / record.details["cache_key"] / "vocabulary.json").read_text()
+    assert json.loads(on_disk) == json.loads(json.dumps(record.__dict__))
+    # Names as given are recorded; the key and the files never depend on the folders' place.
+    assert str(tmp_path / "cache") not in json.dumps(record.details)
+
+
+def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
+    a = _corpus(tmp_path / "a", seed=1)
+    config = config_lib.make_config("nonprivate")
+    config.data.pair = "de-en"
+    config.tokenizer.kind = "sentencepiece_public"
+    config.tokenizer.public_corpora = f"files:{a}"
+    config.tokenizer.vocab_size = 300
+    no_private = {"train": {"translation": []}}  # The public vocabulary reads none of it.
+    tokenizer, record = pieces.build_tokenizer(
+        config, no_private, str(tmp_path / "run"), noise_seed=None
+    )
+    assert record.epsilon == 0.0
+    assert (tmp_path / "run" / "tokenizer.model").exists()
+    cached = public_vocab.build_public_vocabulary(public_vocab.PublicVocabSpec.from_config(config))
+    assert not cached.built and cached.tokenizer.fingerprint == tokenizer.fingerprint
+
+
+def _private_config(private_folder, public):
+    config = config_lib.make_config("eps8")
+    config.data.corpus = f"files:{private_folder}"
+    config.data.pair = "de-en"
+    config.tokenizer.kind = "sentencepiece_public"
+    config.tokenizer.public_corpora = public
+    return config
+
+
+def test_the_private_corpus_is_refused_as_public_however_it_is_named(tmp_path, monkeypatch):
+    private = _corpus(tmp_path / "data" / "private", seed=1)
+    public = _corpus(tmp_path / "data" / "public", seed=2)
+    monkeypatch.setenv("DPNMT_DATA_DIR", str(tmp_path / "data"))
+    for name in (f"files:{private}", "files:private", f"detok:files:{private}/"):
+        problems = config_check.config_problems(
+            _private_config(private, f"files:{public},{name}"), device_count=1
+        )
+        assert any("private training data" in p for p in problems), (name, problems)
+    fine = _private_config(private, "files:public")
+    assert not config_check.config_problems(fine, device_count=1)
+
+
+def test_public_corpora_need_the_runs_pair(tmp_path):
+    public = _corpus(tmp_path / "public", seed=2)
+    config = _private_config(tmp_path / "nowhere", f"files:{public}")
+    config.data.pair = "fr-en"
+    problems = config_check.public_corpora_problems(config)
+    assert problems and "fr-en" in problems[0], problems
+
+
+def test_the_app_builds_it_ahead_and_measures_pieces_per_sentence(tmp_path, cache):
+    a = _corpus(tmp_path / "a", seed=1)
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    command = [
+        sys.executable,
+        "-m",
+        "dpnmt.public_vocab",
+        f"--corpora=files:{a}",
+        "--pair=de-en",
+        "--vocab_size=300",
+        f"--measure=files:{a}",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["built_now"] and summary["folder"].startswith(str(cache))
+    assert summary["record"]["epsilon"] == 0.0
+    measured = summary["pieces_per_sentence"]
+    assert measured["split"] == "validation" and measured["de"]["sentences"] == 10
+    assert 0 < measured["en"]["mean"] <= measured["en"]["p95"]
+    # Then a run with the same corpora finds it in the cache.
+    spec = public_vocab.PublicVocabSpec.create(f"files:{a}", "de-en", 300)
+    assert not public_vocab.build_public_vocabulary(spec).built
