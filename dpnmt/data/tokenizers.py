@@ -28,6 +28,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import sentencepiece as spm
 
+from dpnmt.public_names import public_name
+
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
 
@@ -242,8 +244,8 @@ def load_pretrained_tokenizer(
     record = VocabularyRecord(
         kind="pretrained",
         covered_by_guarantee=True,
-        note=f"pretrained tokenizer {path}; no private data used",
-        details={"path": path, "vocab_size": len(tokenizer)},
+        note=f"pretrained tokenizer {public_name(path)}; no private data used",
+        details={"path": public_name(path), "vocab_size": len(tokenizer)},  # Published: no path.
     )
     return HFTokenizer(tokenizer, src_lang=src_lang, tgt_lang=tgt_lang), record
 
@@ -328,7 +330,7 @@ def train_sentencepiece(
         covered_by_guarantee=True,
         note="SentencePiece trained on public text only",
         details={
-            "paths": list(paths),
+            "paths": [public_name(p) for p in paths],  # Published: file names, no folders.
             "vocab_size": tokenizer.vocab_size,
             "model_type": model_type,
         },

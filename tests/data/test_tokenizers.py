@@ -92,6 +92,20 @@ def test_pretrained_tokenizer_from_local_folder_round_trip():
     assert isinstance(tokenizer, tokenizers.Tokenizer)
 
 
+def test_vocabulary_records_name_their_files_without_local_paths(spm_tokenizer, tmp_path):
+    """The published vocabulary record (vocabulary.json, results.json, the model card)
+    held the public text files' and the pretrained tokenizer's absolute local paths."""
+    public = tmp_path / "corpora" / "public.txt"
+    public.parent.mkdir()
+    public.write_text("\n".join(generated_sentences(300, seed=3)) + "\n", encoding="utf-8")
+    _, record = tokenizers.train_sentencepiece([str(public)], vocab_size=320)
+    assert record.details["paths"] == ["public.txt"]
+    _, record = tokenizers.load_pretrained_tokenizer(_hf_from_spm(spm_tokenizer, tmp_path, "t5"))
+    assert record.details["path"] == "t5" and "pretrained tokenizer t5;" in record.note
+    for value in (record.note, str(record.details)):
+        assert str(tmp_path) not in value
+
+
 def test_pretrained_tokenizer_missing_folder(tmp_path):
     with pytest.raises(OSError, match="Could not load a tokenizer"):
         tokenizers.load_pretrained_tokenizer(str(tmp_path / "nothing-here"))
