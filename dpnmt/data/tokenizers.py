@@ -80,7 +80,7 @@ class SentencePieceTokenizer:
 
     def __init__(self, model_proto: bytes):
         """Builds it from a serialized model (the bytes of a .model file)."""
-        self.model_proto = model_proto
+        self.model_proto = _without_training_paths(model_proto)  # It is saved and published.
         self._processor = spm.SentencePieceProcessor(model_proto=model_proto)
         self.pad_id = self._processor.pad_id()
         self.eos_id = self._processor.eos_id()
@@ -136,6 +136,18 @@ class SentencePieceTokenizer:
                 row = row[: row.index(self.eos_id)]
             texts.append(self._processor.decode([i for i in row if i != self.pad_id]))
         return texts
+
+
+def _without_training_paths(model_proto: bytes) -> bytes:
+    """The model without where its training input and output lay on disk (local paths)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+    if not model.trainer_spec.input and not model.trainer_spec.model_prefix:
+        return model_proto
+    model.trainer_spec.ClearField("input")
+    model.trainer_spec.ClearField("model_prefix")
+    return model.SerializeToString(deterministic=True)
 
 
 def _sentencepiece_fingerprint(model_proto: bytes) -> str:

@@ -167,3 +167,16 @@ def test_hf_tokenizer_encodes_correctly_from_two_threads():
     for thread in threads:
         thread.join()
     assert wrong == []
+
+
+def test_a_saved_sentencepiece_model_holds_no_local_path(public_text_file, tmp_path):
+    """SentencePiece keeps its trainer's input files and output prefix in the model:
+    the published tokenizer.model held the public text's absolute path (or
+    DP-SentencePiece's temporary folder). The fingerprint is unchanged."""
+    tokenizer, _ = tokenizers.train_sentencepiece([public_text_file], vocab_size=400)
+    tokenizer.save(str(tmp_path / "tokenizer.model"))
+    data = (tmp_path / "tokenizer.model").read_bytes()
+    assert os.path.dirname(public_text_file).encode() not in data and b"/tmp" not in data
+    again = tokenizers.SentencePieceTokenizer.load(str(tmp_path / "tokenizer.model"))
+    assert again.fingerprint == tokenizer.fingerprint
+    assert again.encode(TEXTS) == tokenizer.encode(TEXTS)
