@@ -5,7 +5,9 @@ r"""Translates a split with a trained model and scores it (BLEU, chrF, BERTScore
         --workdir=runs/zero_shot --zero_shot        # pretrained baseline
 
 Writes `hypotheses.<split>.txt` and `results.json` (scores and the run's privacy
-report) into `<workdir>/decode_<split>`. Logic: `dpnmt.evaluation.decode`.
+report) into `<workdir>/decode_<split>`, or `<workdir>/private/decode_validation`
+when the validation split was carved from the private train split. Logic:
+`dpnmt.evaluation.decode`.
 """
 
 from absl import app, flags

@@ -1,7 +1,8 @@
 """The model card (README.md) of an exported model: privacy report, data, scores.
 
 Pure: it renders what the run published (its config and `results.json`, or the
-checkpoint's privacy report for an unfinished run) and nothing from `private/`.
+checkpoint's privacy report for an unfinished run) and nothing from `private/`;
+local paths in the config (corpus folder, base model) appear as names only.
 Keys are read defensively: whatever of a known key is present is printed, and
 keys it does not know are listed as they are, so a newer `results.json` is
 never silently cut.
@@ -13,6 +14,11 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+import ml_collections
+
+from dpnmt import config_lib
+from dpnmt.public_names import public_corpus, public_name
 
 # Privacy-report keys this card explains; any others are printed after them.
 _PRIVACY_KEYS = {
@@ -144,6 +150,20 @@ def _finetuning(model: Mapping[str, Any]) -> str:
     return f"{trained}, and {adapters}" if rank else trained
 
 
+def _vocabulary_kind(config: Mapping[str, Any], privacy: Mapping[str, Any]) -> str:
+    """The vocabulary kind used: the report's, else `tokenizer.kind` with "auto" resolved."""
+    kind = (privacy.get("vocabulary") or {}).get("kind")
+    if kind:
+        return kind
+    kind = config.get("tokenizer", {}).get("kind", "?")
+    if kind != "auto":
+        return kind
+    name = config.get("model", {}).get("name_or_path")
+    return config_lib.tokenizer_kind(
+        ml_collections.ConfigDict({"tokenizer": {"kind": kind}, "model": {"name_or_path": name}})
+    )
+
+
 def render(
     config: Mapping[str, Any],
     privacy: Mapping[str, Any],
@@ -165,7 +185,9 @@ def render(
     """
     data, model = config.get("data", {}), config.get("model", {})
     pair = data.get("pair", "?")
-    base = model.get("name_or_path") or "none (trained from scratch)"
+    # Names, not local paths (`dpnmt.public_names`).
+    base = model.get("name_or_path")
+    base = public_name(base) if base else "none (trained from scratch)"
     epsilon = privacy.get("total_epsilon")
     title = f"# dpnmt translation model ({pair})"
     summary = (
@@ -183,10 +205,10 @@ def render(
         "",
         "## Data",
         "",
-        f"- corpus: {data.get('corpus', '?')}, direction {pair}",
+        f"- corpus: {public_corpus(data.get('corpus', '?'))}, direction {pair}",
         f"- max source / target tokens: {data.get('max_source_length')} / "
         f"{data.get('max_target_length')}",
-        f"- vocabulary: {config.get('tokenizer', {}).get('kind', '?')}",
+        f"- vocabulary: {_vocabulary_kind(config, privacy)}",
         f"- trained parameters: {_finetuning(model)}",
     ]
     if data.get("max_train_examples") is not None:

@@ -46,3 +46,29 @@ def test_card_names_the_trained_parameters(model, expected, absent):
     assert absent not in card
     if model.get("lora_rank"):
         assert "merged into the exported weights" in card
+
+
+def test_card_names_corpus_and_base_model_without_paths_and_resolves_the_vocabulary(tmp_path):
+    """The card printed `corpus: files:/home/.../mydata` and a local base model's absolute
+    folder (published local paths), and `vocabulary: auto` instead of the kind used."""
+    corpus, base = tmp_path / "mydata", tmp_path / "models" / "mt5-small"
+    config = {
+        "data": {"pair": "de-en", "corpus": f"files:{corpus}"},
+        "model": {"name_or_path": str(base)},
+        "tokenizer": {"kind": "auto"},
+    }
+    card = model_card.render(config, PRIVACY, None, steps_done=3)
+    assert str(tmp_path) not in card
+    assert "- corpus: files:mydata, direction de-en" in card
+    assert "Base model: mt5-small." in card
+    assert "- vocabulary: pretrained" in card
+    scratch = {**config, "model": {"name_or_path": None}}
+    card = model_card.render(scratch, PRIVACY, None, steps_done=3)
+    assert "- vocabulary: dp_sentencepiece" in card
+    reported = {**PRIVACY, "vocabulary": {"kind": "sentencepiece_public"}}
+    card = model_card.render({**config, "model": {}}, reported, None, steps_done=3)
+    assert "- vocabulary: sentencepiece_public" in card
+    hub = {**config, "data": {"pair": "de-en", "corpus": "wmt16"}}
+    hub["model"] = {"name_or_path": "google/mt5-small"}
+    card = model_card.render(hub, PRIVACY, None, steps_done=3)
+    assert "- corpus: wmt16," in card and "Base model: google/mt5-small." in card

@@ -1,13 +1,13 @@
 """Warnings about data choices that silently hurt a run, for the operator's log.
 
-Nothing here writes a file: the warnings go to the log (stderr) of the person
-running the job. They use only what is public or already reported: the
-vocabulary's size (the vocabulary itself is released), the count of truncated
-training examples (exact counts are private: results.json omits them and keeps
-them in private/preprocessing.json; this log is the operator's, and a sweep
-writes it to the run's private/train.log), and length percentiles of the
-VALIDATION split. Length statistics of the private train
-split are themselves private: they are never computed here.
+Nothing here writes a file: the warnings go to the log (stderr). A run's log
+follows the publication rules (README, "Privacy rules the code keeps"), so
+they use only what is public or already reported: the vocabulary's size (the
+vocabulary itself is released), N, whether more than `TRUNCATED_SHARE_TO_WARN`
+of the training examples are cut (never the exact count: it stays in
+private/preprocessing.json), and length percentiles of a PUBLIC validation
+split (none when validation was carved from train). Length statistics of the
+private train split are themselves private: they are never computed here.
 """
 
 import logging
@@ -44,16 +44,22 @@ def vocabulary_warning(requested: int, learnt: int, kind: str) -> str | None:
     )
 
 
-def truncation_warnings(stats: PreprocessStats, tokenized: datasets.DatasetDict) -> list[str]:
+def truncation_warnings(
+    stats: PreprocessStats, tokenized: datasets.DatasetDict, *, validation_is_private: bool
+) -> list[str]:
     """Warnings when many training sources or targets are cut to the maximum length.
 
-    The suggested length is a percentile of the validation split's lengths (not
-    the private train split's).
+    They say only that more than `TRUNCATED_SHARE_TO_WARN` of N are cut (exact
+    counts of the private train split are never logged). The suggested length
+    is a percentile of the validation split's lengths, only when that split is
+    public (never the private train split's).
 
     Args:
       stats: `preprocess`'s counts (train truncation counted up front).
       tokenized: `preprocess`'s splits, with `source_full_length` /
         `target_full_length` columns (`[n]` tokens before truncation).
+      validation_is_private: the validation split was carved from train
+        (`training.pieces.validation_is_carved_from_train`): no percentile of it.
 
     Returns:
       One warning per side (source, target) that is cut too often.
@@ -68,8 +74,8 @@ def truncation_warnings(stats: PreprocessStats, tokenized: datasets.DatasetDict)
     ):
         if truncated is None or truncated <= TRUNCATED_SHARE_TO_WARN * train.num_kept:
             continue
-        hint = ""
-        if "validation" in tokenized and len(tokenized["validation"]):
+        hint = " python -m dpnmt.data.inspect prints the lengths (for you, not for publishing)."
+        if not validation_is_private and "validation" in tokenized and len(tokenized["validation"]):
             lengths = np.asarray(tokenized["validation"][f"{side}_full_length"])
             suggested = int(np.percentile(lengths, SUGGESTED_PERCENTILE))
             hint = (
@@ -78,8 +84,9 @@ def truncation_warnings(stats: PreprocessStats, tokenized: datasets.DatasetDict)
                 "longer rows)."
             )
         warnings.append(
-            f"{truncated:,d} of {train.num_kept:,d} training {side}s are longer than "
-            f"data.max_{side}_length={limit} tokens and are cut.{hint}"
+            f"More than {TRUNCATED_SHARE_TO_WARN:.0%} of the {train.num_kept:,d} training "
+            f"{side}s are longer than data.max_{side}_length={limit} tokens and are cut "
+            f"(exact count: private/preprocessing.json).{hint}"
         )
     return warnings
 

@@ -28,6 +28,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import sentencepiece as spm
 
+from dpnmt.public_names import public_name
+
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
 
@@ -78,7 +80,7 @@ class SentencePieceTokenizer:
 
     def __init__(self, model_proto: bytes):
         """Builds it from a serialized model (the bytes of a .model file)."""
-        self.model_proto = model_proto
+        self.model_proto = _without_training_paths(model_proto)  # It is saved and published.
         self._processor = spm.SentencePieceProcessor(model_proto=model_proto)
         self.pad_id = self._processor.pad_id()
         self.eos_id = self._processor.eos_id()
@@ -134,6 +136,18 @@ class SentencePieceTokenizer:
                 row = row[: row.index(self.eos_id)]
             texts.append(self._processor.decode([i for i in row if i != self.pad_id]))
         return texts
+
+
+def _without_training_paths(model_proto: bytes) -> bytes:
+    """The model without where its training input and output lay on disk (local paths)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+    if not model.trainer_spec.input and not model.trainer_spec.model_prefix:
+        return model_proto
+    model.trainer_spec.ClearField("input")
+    model.trainer_spec.ClearField("model_prefix")
+    return model.SerializeToString(deterministic=True)
 
 
 def _sentencepiece_fingerprint(model_proto: bytes) -> str:
@@ -242,8 +256,8 @@ def load_pretrained_tokenizer(
     record = VocabularyRecord(
         kind="pretrained",
         covered_by_guarantee=True,
-        note=f"pretrained tokenizer {path}; no private data used",
-        details={"path": path, "vocab_size": len(tokenizer)},
+        note=f"pretrained tokenizer {public_name(path)}; no private data used",
+        details={"path": public_name(path), "vocab_size": len(tokenizer)},  # Published: no path.
     )
     return HFTokenizer(tokenizer, src_lang=src_lang, tgt_lang=tgt_lang), record
 
@@ -328,7 +342,7 @@ def train_sentencepiece(
         covered_by_guarantee=True,
         note="SentencePiece trained on public text only",
         details={
-            "paths": list(paths),
+            "paths": [public_name(p) for p in paths],  # Published: file names, no folders.
             "vocab_size": tokenizer.vocab_size,
             "model_type": model_type,
         },

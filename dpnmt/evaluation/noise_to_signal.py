@@ -16,6 +16,7 @@ drew per-example dropout, so the norms describe the deterministic model.
 
 import dataclasses
 import math
+import os
 
 import datasets
 import jax
@@ -170,12 +171,12 @@ def write_run(workdir: str, max_examples: int | None = None) -> tuple[str, dict]
     split was carved from the private training data.
     """
     result = measure_run(decode.load_run_config(workdir), workdir, max_examples)
-    run_dir = RunDir(workdir)
-    if result["validation_is_private"]:
-        run_dir.write_private_json(NOISE_TO_SIGNAL_FILE, result)
-        return run_dir.private_file(NOISE_TO_SIGNAL_FILE), result
-    write_json(run_dir.file(NOISE_TO_SIGNAL_FILE), result)
-    return run_dir.file(NOISE_TO_SIGNAL_FILE), result
+    path = RunDir(workdir).output_path(
+        NOISE_TO_SIGNAL_FILE, private=result["validation_is_private"]
+    )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json(path, result)
+    return path, result
 
 
 def format_table(result: dict) -> str:

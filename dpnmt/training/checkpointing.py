@@ -6,6 +6,16 @@ random run id (independent of the seed) that ties it to the workdir's
 `private/` records. The secret seed and the sampler state live only in
 `private/` (`dpnmt.training.run_dir`): a checkpoint holds nothing derived from
 them and may be published.
+
+Nor does it hold a local path or, in a private run, a time. Orbax writes the
+absolute folder into each `commit_success.txt` (rewritten to the folder's
+name within the workdir) and nanosecond init/commit times into
+`_CHECKPOINT_METADATA`; two kept checkpoints then time the lots between them,
+however few (a session's last step, an evaluation). A private run's
+checkpoints carry no time: those fields are emptied and every file and folder
+under `checkpoints/` gets modification time 0 (1970-01-01) after each save.
+The arrays are written as zarr folders, not OCDBT: an OCDBT manifest records
+its own commit time (checksummed binary); restore reads either format.
 """
 
 import dataclasses
@@ -49,21 +59,84 @@ class LoopState:
         return cls(0, trainable, opt_state, best, [], False)
 
 
+# What orbax writes that says where and when a checkpoint was made.
+_COMMIT_FILE = "commit_success.txt"
+_STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
+_TIMESTAMP_FIELDS = ("init_timestamp_nsecs", "commit_timestamp_nsecs")
+# Without OCDBT, orbax still tries to merge OCDBT files at each save and warns.
+_NO_OCDBT_WARNING = "Skipping merge of OCDBT checkpoints"
+
+
 def make_manager(workdir: str, *, max_to_keep: int = 2) -> ocp.CheckpointManager:
     """A CheckpointManager over `workdir/checkpoints` with items `state` and `meta`."""
     directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
-    return ocp.CheckpointManager(directory, options=options)
+    handlers = {  # Zarr arrays, not OCDBT (its manifests hold a commit time).
+        "state": ocp.StandardCheckpointHandler(use_ocdbt=False),
+        "meta": ocp.JsonCheckpointHandler(),
+    }
+    return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: Any, meta: dict) -> None:
-    """Saves `state` (pytree of arrays) and `meta` (JSON-able dict) at `step`; waits."""
-    manager.save(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-        force=True,
-    )
-    manager.wait_until_finished()
+class _DropNoOcdbtWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _NO_OCDBT_WARNING not in record.getMessage()
+
+
+def save(
+    manager: ocp.CheckpointManager, step: int, state: Any, meta: dict, *, timeless: bool = False
+) -> None:
+    """Saves `state` (pytree of arrays) and `meta` (JSON-able dict) at `step`; waits.
+
+    Then (process 0) rewrites orbax's records of the local folder, and with
+    `timeless` (a private run) removes every time from `checkpoints/`.
+    """
+    quiet, absl_logger = _DropNoOcdbtWarning(), logging.getLogger("absl")
+    absl_logger.addFilter(quiet)  # Also filters orbax's finalize thread, joined below.
+    try:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+            ),
+            force=True,
+        )
+        manager.wait_until_finished()
+    finally:
+        absl_logger.removeFilter(quiet)
+    if distributed.is_primary():  # Every process has committed: orbax synced them.
+        scrub(str(manager.directory), step, timeless=timeless)
+
+
+def scrub(directory: str, step: int, *, timeless: bool) -> None:
+    """Makes the checkpoint at `step` publishable: no local path; with `timeless`, no time.
+
+    Args:
+      directory: the `checkpoints/` folder (absolute, as orbax has it).
+      step: the checkpoint just committed.
+      timeless: empty orbax's init/commit times of that step and set the
+        modification time of every file and folder under `directory` to 0.
+    """
+    workdir = os.path.dirname(os.path.normpath(directory))
+    step_dir = os.path.join(directory, str(step))
+    for folder, _, files in os.walk(step_dir):
+        if _COMMIT_FILE in files:  # Orbax checks that it exists, not what it says.
+            name = os.path.relpath(folder, workdir)
+            with open(os.path.join(folder, _COMMIT_FILE), "w") as f:
+                f.write(f"Checkpoint commit was successful to {name}")
+    if not timeless:
+        return
+    path = os.path.join(step_dir, _STEP_METADATA_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            metadata = json.load(f)
+        metadata.update(dict.fromkeys(_TIMESTAMP_FIELDS))  # None: orbax reads it as unknown.
+        with open(path, "w") as f:
+            json.dump(metadata, f)
+    for folder, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            os.utime(os.path.join(folder, name), (0, 0), follow_symlinks=False)
+    os.utime(directory, (0, 0))
 
 
 def restore_latest(manager: ocp.CheckpointManager, like: Any) -> tuple[int, Any, dict] | None:
@@ -109,6 +182,7 @@ def save_state(
         state.step,
         {"trainable": state.trainable, "opt_state": state.opt_state},
         json.loads(run_dir_lib.json_dumps(meta)),
+        timeless=plan.private,  # Two kept checkpoints would time the lots between them.
     )
 
 

@@ -37,7 +37,8 @@ def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
     )
     limit = config.data.max_train_examples
     if limit is not None and limit < len(corpus["train"]):
-        logging.info("Keeping the first %d of %d training pairs.", limit, len(corpus["train"]))
+        # Not how many there were: the private split's exact size is not logged.
+        logging.info("Keeping the first %d training pairs (data.max_train_examples).", limit)
         corpus["train"] = corpus["train"].select(range(limit))
     return corpus
 
@@ -198,7 +199,11 @@ def tokenize_corpus(
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
     """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
     tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
-    health.log_warnings(health.truncation_warnings(stats, tokenized))
+    health.log_warnings(
+        health.truncation_warnings(
+            stats, tokenized, validation_is_private=validation_is_carved_from_train(corpus)
+        )
+    )
     return tokenized, stats
 
 

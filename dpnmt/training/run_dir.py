@@ -6,8 +6,9 @@ checkpoints/, a non-private run's profile.json and `dpnmt.noise_to_signal`'s
 noise_to_signal.json (measured on a public validation split). Private (`private/`, never
 published): the secret noise seed, the run id, the sampler state of each
 checkpoint, the session counter, the exact preprocessing counts of private
-splits, a private run's profile and noise_to_signal.json when validation was
-carved from train.
+splits, a private run's profile, and what `dpnmt.noise_to_signal` and
+`dpnmt.decode --split=validation` write when validation was carved from train
+(`RunDir.output_path`).
 """
 
 import json
@@ -135,6 +136,15 @@ class RunDir:
     def write_results(self, results: dict) -> None:
         """Writes results.json (strict JSON)."""
         write_json(self.results_path, results)
+
+    def output_path(self, name: str, *, private: bool) -> str:
+        """Where an output computed on the run's data goes: `private/<name>` when it is private.
+
+        One rule for every app that writes into a run's folder (`dpnmt.decode`,
+        `dpnmt.noise_to_signal`): what is computed on private pairs (a validation
+        split carved from train) goes under `private/`, the rest beside results.json.
+        """
+        return self.private_file(name) if private else self.file(name)
 
     def write_private_json(self, name: str, value) -> None:
         """Writes `private/<name>` (strict JSON), creating `private/`."""

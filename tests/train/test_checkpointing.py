@@ -1,7 +1,12 @@
 """Checkpoints (`training.checkpointing`): publishable, bound to their run's private records."""
 
 import dataclasses
+import json
 import os
+import pathlib
+import re
+import struct
+import time
 import types
 
 import pytest
@@ -65,3 +70,62 @@ def test_resume_checks_the_run_id_and_still_accepts_old_seed_hashes(tmp_path):
     checkpointing.check_binding(old, seed, run_id, str(tmp_path))  # Resumes.
     with pytest.raises(ValueError, match="noise seed differs"):
         checkpointing.check_binding(old, seed + 1, run_id, str(tmp_path))
+
+
+def _times_in(data: bytes, start_ns: int, end_ns: int) -> list[str]:
+    """Times within [start, end] in `data`: decimal seconds or ns, or little-endian u64 ns."""
+    found = [
+        text
+        for text in re.findall(rb"\d{10,19}", data)
+        if start_ns // 10**9 <= int(text[:10]) <= end_ns // 10**9
+    ]
+    found += [
+        f"u64 at {i}"
+        for i in range(len(data) - 7)
+        if start_ns <= struct.unpack_from("<Q", data, i)[0] <= end_ns
+    ]
+    return found
+
+
+def test_a_private_runs_checkpoints_hold_no_time_and_no_local_path(tmp_path):
+    """Orbax wrote nanosecond init/commit times into each checkpoint's
+    _CHECKPOINT_METADATA (and OCDBT its own commit time into manifest.ocdbt), and file
+    modification times follow the saves: two kept checkpoints timed the few lots between
+    them. commit_success.txt held the workdir's absolute path. A private run's
+    checkpoints now carry no time and no path, and still restore."""
+    import jax.numpy as jnp
+
+    plan = privacy.plan_privacy(*_dp_train(target_epsilon=8.0), dataset_size=1_000)
+    assert plan.private
+    manager = checkpointing.make_manager(str(tmp_path))
+    os.makedirs(tmp_path / run_dir.PRIVATE_DIR)
+    state = checkpointing.LoopState.initial({"w": jnp.arange(3.0)}, {"m": jnp.zeros(3)})
+    start_ns = time.time_ns()
+    for step in (3, 5):
+        checkpointing.save_state(
+            manager,
+            run_dir.RunDir(str(tmp_path)),
+            dataclasses.replace(state, step=step),
+            sampler_state={"epoch": 0, "step": step, "generator_state": None},
+            run_id=7,
+            plan=plan,
+        )
+    manager.close()
+    end_ns = time.time_ns()
+    folder = tmp_path / checkpointing.CHECKPOINT_DIR
+    assert sorted(os.listdir(folder)) == ["3", "5"]
+    paths = [folder] + [pathlib.Path(d, n) for d, ds, fs in os.walk(folder) for n in ds + fs]
+    assert all(os.lstat(p).st_mtime == 0 for p in paths), "a modification time dates a save"
+    for path in paths:
+        if path.is_file():
+            data = path.read_bytes()
+            assert str(tmp_path).encode() not in data, f"{path} holds a local path"
+            assert not _times_in(data, start_ns, end_ns), f"{path} holds a time"
+    metadata = json.loads((folder / "5" / "_CHECKPOINT_METADATA").read_text())
+    assert metadata["init_timestamp_nsecs"] is None and metadata["commit_timestamp_nsecs"] is None
+    restored = checkpointing.make_manager(str(tmp_path))
+    step, arrays, meta = checkpointing.restore_latest(
+        restored, {"trainable": state.trainable, "opt_state": state.opt_state}
+    )
+    assert step == 5 and meta["run_id"] == "7"
+    assert jnp.array_equal(arrays["trainable"]["w"], jnp.arange(3.0))

@@ -2,8 +2,10 @@
 
 One short DP run with a secret seed from the OS (about 60 lots of a tiny T5):
 no seed material anywhere published, no rate over fewer than 50 lots, exact
-counts of the private training split only in `private/`, and a privacy report
-that says what it assumes public and that validation was carved from train.
+counts of the private training split only in `private/` (and not in the log),
+no local path, checkpoints without times, what `dpnmt.decode` computes on the
+carved validation split under `private/`, and a privacy report that says what
+it assumes public and that validation was carved from train.
 """
 
 import hashlib
@@ -12,6 +14,7 @@ import logging
 import math
 import os
 import re
+import tempfile
 
 import pytest
 
@@ -154,3 +157,81 @@ def test_progress_lines_show_dp_sgd_and_total_epsilon_spent(run):
     metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     totals = [m for m in metrics if "privacy/total_epsilon_spent" in m]
     assert totals[-1]["privacy/total_epsilon_spent"] == pytest.approx(report["total_epsilon"])
+
+
+@pytest.fixture(scope="module")
+def decoded(run):
+    """The run decoded by `dpnmt.decode`: the public test split and the carved validation."""
+    from dpnmt.evaluation import decode
+
+    workdir = run[0]
+    config = decode.load_run_config(str(workdir))
+    for split in ("test", "validation"):
+        decode.decode_and_score(config, str(workdir), split=split, max_examples=2)
+    return workdir
+
+
+def test_decoding_a_carved_validation_split_writes_under_private(decoded):
+    """`dpnmt.decode --split=validation` wrote the hypotheses of validation pairs carved
+    from the private train split into the published workdir; noise_to_signal already
+    wrote to private/. Both now follow `RunDir.output_path`."""
+    assert not (decoded / "decode_validation").exists()
+    private = decoded / run_dir.PRIVATE_DIR / "decode_validation"
+    assert len((private / "hypotheses.validation.txt").read_text().splitlines()) == 2
+    assert (decoded / "decode_test" / "hypotheses.test.txt").exists()  # Public split.
+
+
+def test_published_files_hold_no_local_path(decoded):
+    """Published files held absolute local paths: orbax's commit_success.txt, BERTScore's
+    encoder folder in decode results, SentencePiece's training input in tokenizer.model."""
+    bertscore = json.loads((decoded / "decode_test" / "results.json").read_text())["scores"]
+    assert "bertscore" in bertscore
+    needles = {str(decoded), os.path.realpath(decoded), "site-packages", tempfile.gettempdir()}
+    needles.add(os.environ["DPNMT_DATA_DIR"])
+    for path in _published_files(decoded):
+        with open(path, "rb") as f:
+            text = f.read().decode("latin-1")
+        for needle in needles:
+            assert needle not in text, f"{path} holds the local path {needle}"
+
+
+def test_checkpoints_carry_no_time(run):
+    """Orbax's nanosecond init/commit times and the files' modification times timed the
+    few lots between two kept checkpoints (20 here, fewer at a session's end)."""
+    workdir = run[0]
+    folder = workdir / run_dir.CHECKPOINT_DIR
+    steps = sorted(int(name) for name in os.listdir(folder))
+    assert len(steps) == 2
+    for step in steps:
+        metadata = json.loads((folder / str(step) / "_CHECKPOINT_METADATA").read_text())
+        assert metadata["init_timestamp_nsecs"] is None
+        assert metadata["commit_timestamp_nsecs"] is None
+    for folder_name, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            assert os.lstat(os.path.join(folder_name, name)).st_mtime == 0
+        assert not any(name.endswith(".ocdbt") for name in files)  # OCDBT records a time.
+
+
+def test_the_log_holds_no_exact_private_count(run):
+    """The log printed "238 of 239 training targets are longer than ...": exact counts of
+    the private train split that private/preprocessing.json says never to publish, and a
+    length percentile of the validation split carved from it."""
+    workdir, results, lines = run
+    exact = json.loads((workdir / run_dir.PRIVATE_DIR / run_dir.PREPROCESSING_FILE).read_text())
+    data = json.loads((workdir / "config.json").read_text())["data"]
+    public = {results["privacy"]["dataset_size"], data["max_train_examples"]}  # N, the config...
+    public.add(data["validation_size"])  # ...and how many pairs validation takes from train.
+    counts = {
+        value
+        for split in ("train", "validation")  # Validation is carved from train here.
+        for value in exact[split].values()
+        if isinstance(value, int) and value >= 10 and value not in public
+    }
+    assert counts, "the run should have private counts to look for"
+    for line in lines:
+        for count in counts:
+            for text in (str(count), f"{count:,}"):
+                pattern = rf"(?<![\w.,]){re.escape(text)}(?![\w.,])"
+                assert not re.search(pattern, line), f"the log shows private count {count}: {line}"
+        assert "of validation" not in line  # No statistic of the carved validation split.
+    assert any("More than 10% of the" in line for line in lines)  # The warning still shows.
