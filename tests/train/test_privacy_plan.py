@@ -182,3 +182,19 @@ def test_private_plan_with_zero_noise_is_refused_at_plan_time():
     dp, train = _configs(target_epsilon=None, noise_multiplier=0.0)
     with pytest.raises(ValueError, match="noise_multiplier"):
         privacy.plan_privacy(dp, train, dataset_size=1_000)
+
+
+def test_noise_mode_reaches_the_plan_the_step_and_results_json():
+    """dp.noise_mode is recorded in results.json's "privacy"; older records read back "float"."""
+    from dpnmt.training import steps
+
+    vocabulary = VocabularyRecord("pretrained", True)
+    for mode in ("float", "secure"):
+        dp, train = _configs(target_epsilon=2.0, noise_mode=mode)
+        plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+        assert plan.noise_mode == mode
+        assert steps.StepPrivacy.from_plan(plan).noise_mode == mode
+        report = privacy_report(plan, plan.num_steps, vocabulary).to_json()
+        assert report["noise_mode"] == mode
+    del report["noise_mode"]  # A results.json written before the field existed.
+    assert PrivacyReport.from_json(report).noise_mode == "float"
