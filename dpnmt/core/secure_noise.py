@@ -61,6 +61,8 @@ _MAX_V = 16
 # |k| + |N| < 2**31: the integer sum never overflows int32.
 MAX_SCALE = (2**31 - 1 - SIGNAL_LIMIT) // (_MAX_V + 1)
 # Lanes run in parallel by the sampler (each a rejection-sampling state machine).
+# Measured on 2 CPU cores: 2**13 lanes ran faster than 2**16 or 2**18, and two to
+# four transitions per loop iteration were no faster than one.
 POOL_SIZE = 2**13
 
 
@@ -234,9 +236,8 @@ def discrete_gaussian(key: chex.PRNGKey, scale: int, size: int) -> chex.Array:
         phase=zeros + _DRAW_U, u=zeros, v=zeros, k=zeros + 1, r=zeros, c1=zeros, c2=zeros, neg=zeros
     )
 
-    def step(carry):
-        it, next_coord, coord, lanes, out = carry
-        w0, w1 = _words(jax.random.fold_in(key, it), lane.astype(jnp.uint32))
+    def advance(lanes, w0, w1):
+        """One transition of every lane that is neither finished (-2) nor idle."""
         phase, u, v, k, r, c1, c2, neg = (lanes[name] for name in fresh)
         is_ = {p: phase == p for p in range(_IDLE + 1)}
         one = jnp.ones_like(k)
@@ -317,14 +318,16 @@ def discrete_gaussian(key: chex.PRNGKey, scale: int, size: int) -> chex.Array:
         to = jnp.where((pair | at_k) & failed, _DRAW_U, to)
         to = jnp.where(new_k > _MAX_K, _DRAW_U, to)
         new_k = jnp.where(to == _DRAW_U, 1, new_k)
-        new_k = jnp.where(is_[_IDLE], k, new_k)
-        to = jnp.where(is_[_IDLE], -1, to)
         new = dict(
             phase=jnp.where(to == -1, phase, to), u=u, v=new_v, k=new_k, r=r, c1=c1, c2=c2, neg=neg
         )
         # An unusable word changes nothing: the lane draws again next iteration.
-        new = {name: jnp.where(usable, new[name], lanes[name]) for name in fresh}
+        moves = usable & ~is_[_IDLE] & (phase != -2)
+        return {name: jnp.where(moves, new[name], lanes[name]) for name in fresh}
 
+    def step(carry):
+        it, next_coord, coord, new, out = carry
+        new = advance(new, *_words(jax.random.fold_in(key, it), lane_words))
         # Finished lanes (phase -2) write their draw and take the next coordinate.
         done = new["phase"] == -2
         magnitude = new["u"] + big_s * new["v"]
@@ -342,5 +345,6 @@ def discrete_gaussian(key: chex.PRNGKey, scale: int, size: int) -> chex.Array:
         return jnp.any(carry[3]["phase"] != _IDLE)
 
     lane = jnp.arange(pool, dtype=jnp.int32)
+    lane_words = lane.astype(jnp.uint32)
     carry = (jnp.uint32(0), jnp.int32(pool), lane, fresh, jnp.zeros((size,), jnp.int32))
     return lax.while_loop(running, step, carry)[4]
