@@ -14,11 +14,14 @@ Formal guarantee. Let `s` (d coordinates, the whole pytree) have L2 sensitivity
 C and let σ = stddev / C. The grid γ is the largest power of two with
 γ√d <= `GRID_INFLATION` · C. `k = clip(round(s / γ), ±2**30)` then has L2
 sensitivity Δ <= C/γ + √d (rounding moves a coordinate by <= 1/2, clipping is
-1-Lipschitz, and s / γ is exact for a power of two), and N has independent
-coordinates N_Z(0, S²) with the integer S = ceil(σΔ), conditioned on |N_i| <
-17 S (that removes less than 2**-200 of probability per coordinate). By CKS
-Theorem 14 the release `k + N` is ½(Δ/S)² <= 1/(2σ²)-zCDP: the concentrated DP
-of the continuous Gaussian mechanism at noise multiplier σ. The cost is noise of
+1-Lipschitz, and s / γ is exact for a power of two). With N of independent
+coordinates N_Z(0, S²), S = ceil(σΔ) an integer, the release `k + N` is
+½(Δ/S)² <= 1/(2σ²)-zCDP (CKS 2020, the multivariate discrete Gaussian:
+Theorem 14 of the arXiv version): the concentrated DP of the continuous
+Gaussian mechanism at noise multiplier σ. The sampler's N differs from N_Z(0,
+S²) by less than 2**-200 in total variation per coordinate (it conditions on
+|N_i| < 17 S and restarts a draw whose Algorithm 1 counter passes 64), which
+adds at most about 2d·2**-200 to δ of a release. The cost is noise of
 standard deviation γS <= σ(C + γ√d)(1 + 1/(σΔ)): at most `GRID_INFLATION`
 (0.4 %) more than σC, plus one grid step.
 
@@ -28,15 +31,16 @@ itself has sensitivity C: its own rounding (Casacuberta et al. 2022) is not
 bounded; (3) the accountant (`core.accounting`, dp_accounting's Poisson-sampled
 Gaussian, PLD or RDP) is applied to this discrete mechanism as if it were the
 continuous Gaussian at σ. Without subsampling the discrete Gaussian has the
-same Rényi divergences bound as the continuous one (CKS Prop. 5 / Thm 14); that
+same Rényi divergence bound as the continuous one (the zCDP above); that
 the Poisson-subsampled curves are bounded by the continuous ones as well is not
 proven here (Kairouz, Liu, Steinke 2021 account their distributed discrete
 Gaussian through zCDP/RDP for this reason). With S >= 256·σ√d the lattice is
 fine against the noise, but that is an argument, not a proof.
 
-Range: |round(s_i / γ)| saturates at 2**30 (|s_i| <= 2**30 γ, printed by
-`secure_grid`); S may be at most `MAX_SCALE` (σ√d up to about 2**17.9, e.g.
-σ 16 at 60M coordinates): larger is refused with a ValueError.
+Range: |round(s_i / γ)| saturates at 2**30 (|s_i| <= 2**30 γ, e.g. 512 C at
+60M coordinates: `SecureGrid.signal_limit`); S may be at most `MAX_SCALE`
+(σ√d up to 1.2e5 always fits, up to 2.5e5 for some d; σ 30 fits at 60M
+coordinates): larger is refused with a ValueError.
 """
 
 from __future__ import annotations
@@ -117,7 +121,8 @@ def secure_grid(num_coordinates: int, stddev: float, l2_sensitivity: float) -> S
         raise ValueError(
             f"noise_mode='secure' cannot noise {num_coordinates} coordinates at noise "
             f"multiplier {sigma:g}: its integer noise scale {scale} exceeds {MAX_SCALE} "
-            f"(int32 arithmetic; σ·√d must stay below about {MAX_SCALE * GRID_INFLATION:.3g}). "
+            f"(int32 arithmetic: σ·√d up to {MAX_SCALE / (2 / GRID_INFLATION + 1):.3g} always "
+            f"fits, up to {MAX_SCALE / (1 / GRID_INFLATION + 1):.3g} for some d). "
             "Use noise_mode='float' or fewer trainable parameters."
         )
     return SecureGrid(grid, scale, sensitivity, sigma)
