@@ -53,6 +53,7 @@ ENUM_FIELDS: dict[str, tuple[str, ...]] = {
     "dp.accountant": tuple(a.value for a in core.accounting.Accountant),
     "dp.sampling": (privacy.POISSON, privacy.SHUFFLE),
     "dp.clipping": core.private_grad.CLIPPING_METHODS,
+    "dp.noise_mode": core.noise.NOISE_MODES,
     "train.optimizer": ("sgd", "adam", "adamw", "adafactor"),
     "train.decay": ("constant", "linear", "cosine"),
 }

@@ -32,6 +32,8 @@ class PrivacyPlan:
       seed_is_secret: False when the noise seed was fixed by the config (tests
         only, `config.testing_only_fixed_noise_seed_NO_PRIVACY`): anyone holding
         it rebuilds the noise, so every ε of the run is ∞.
+      noise_mode: "float" or "secure" (`core.noise.NOISE_MODES`): how the noise
+        is drawn; plans saved before the field existed were "float".
     """
 
     private: bool
@@ -45,6 +47,7 @@ class PrivacyPlan:
     delta: float
     accountant: str
     seed_is_secret: bool = True
+    noise_mode: str = "float"
 
     @property
     def sampling_rate(self) -> float:
@@ -175,4 +178,5 @@ def plan_privacy(
         delta=float(dp_config.delta),
         accountant=dp_config.accountant,
         seed_is_secret=seed_is_secret,
+        noise_mode=dp_config.get("noise_mode", "float"),
     )

@@ -73,6 +73,8 @@ def noisy_average(
     noise_multiplier: float,
     l2_clip: float,
     expected_lot_size: float,
+    *,
+    noise_mode: str = noise.FLOAT,
 ) -> chex.ArrayTree:
     """Releases the lot's gradient: (sum + N(0, (σC)²)) / L.
 
@@ -92,6 +94,10 @@ def noisy_average(
         only); the accountant refuses to report an ε for it.
       l2_clip: the clipping norm C used for every micro-batch, > 0.
       expected_lot_size: L = q·N, the public constant divisor, > 0.
+      noise_mode: "float" (default: float32 Gaussian draws; the raw noisy sum
+        is exposed to floating-point attacks, see `noise.add_gaussian_noise`) or
+        "secure" (a discrete Gaussian on a grid with sensitivity C, noise at
+        most 0.4 % larger: `core.secure_noise` states its guarantee).
 
     σ, C and L must be concrete numbers (Python, NumPy or concrete JAX
     scalars): under `jax.jit` close over them or mark them static; traced
@@ -105,5 +111,7 @@ def noisy_average(
     )
     l2_clip = validation.check_positive("l2_clip", l2_clip)
     expected_lot_size = validation.check_positive("expected_lot_size", expected_lot_size)
-    noisy_sum = noise.add_gaussian_noise(state.grad_sum, noise_multiplier * l2_clip, key)
+    noisy_sum = noise.add_gaussian_noise(
+        state.grad_sum, noise_multiplier * l2_clip, key, mode=noise_mode, l2_sensitivity=l2_clip
+    )
     return jax.tree_util.tree_map(lambda g: g / expected_lot_size, noisy_sum)

@@ -8,10 +8,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpnmt.core import threefry, validation
+from dpnmt.core import secure_noise, threefry, validation
+
+FLOAT, SECURE = "float", "secure"
+# "float": jax.random.normal's float32 draws (the default); "secure": a discrete
+# Gaussian on a grid, safe from floating-point attacks (`core.secure_noise`).
+NOISE_MODES = (FLOAT, SECURE)
 
 
-def add_gaussian_noise(tree: chex.ArrayTree, stddev: float, key: chex.PRNGKey) -> chex.ArrayTree:
+def add_gaussian_noise(
+    tree: chex.ArrayTree,
+    stddev: float,
+    key: chex.PRNGKey,
+    *,
+    mode: str = FLOAT,
+    l2_sensitivity: float | None = None,
+) -> chex.ArrayTree:
     """Adds independent N(0, stddev²) noise to every element of `tree`.
 
     `key` is split once per leaf, so leaves get independent noise. The draws are
@@ -20,15 +32,36 @@ def add_gaussian_noise(tree: chex.ArrayTree, stddev: float, key: chex.PRNGKey) -
     leaves (bfloat16, float16) get noise sampled in float32 and the sum is cast
     back: the dtype of every leaf is preserved.
 
+    Floating-point exposure (mode "float"): a float32 sample takes at most 2**23
+    values, and `float32(x + z)` lands only on floats reachable from `x`, so the
+    returned tree itself can reveal `x` far beyond the Gaussian mechanism's ε
+    (Mironov 2012; `tests/core/test_secure_noise.py` replays the attack). Mode
+    "secure" releases a discrete Gaussian on a grid instead: integers computed
+    exactly, noise at most 0.4 % larger, and a stated guarantee
+    (`core.secure_noise`); it needs `l2_sensitivity` and costs far more time.
+
     Args:
       tree: pytree of floating arrays.
       stddev: standard deviation (same units as the leaves), >= 0.
       key: PRNG key; never reuse it for another release.
+      mode: "float" (default, `jax.random.normal`'s draws) or "secure".
+      l2_sensitivity: mode "secure" only: C, the L2 sensitivity of the whole
+        tree (stddev / C is the noise multiplier the accountant uses).
 
     Returns:
       A pytree with the structure, shapes and dtypes of `tree`.
     """
     validation.check_positive("stddev", stddev, allow_zero=True)
+    if mode not in NOISE_MODES:
+        raise ValueError(f"mode={mode!r} is unknown; use one of {list(NOISE_MODES)}.")
+    if mode == SECURE:
+        if l2_sensitivity is None:
+            raise ValueError(
+                "mode='secure' needs l2_sensitivity (C, the L2 sensitivity of the tree): "
+                "the grid and the noise scale are set from it."
+            )
+        l2_sensitivity = validation.check_positive("l2_sensitivity", l2_sensitivity)
+        return secure_noise.add_discrete_gaussian_noise(tree, stddev, l2_sensitivity, key)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     keys = jax.random.split(key, len(leaves))
     noised = []

@@ -75,7 +75,10 @@ class PrivacyReport:
     Attributes (units: ε in nats of privacy loss, δ a probability, sizes in
     examples): as results.json's "privacy" object. The `*_NOT_A_GUARANTEE`
     figures and `total_delta` are None when they do not apply (then absent
-    from the JSON).
+    from the JSON). `noise_mode` is how the noise was drawn ("float": float32
+    Gaussian, the raw noisy sums exposed to floating-point attacks; "secure":
+    a discrete Gaussian on a grid, `dpnmt.core.secure_noise`); results written
+    before it existed read back as "float".
     """
 
     private: bool
@@ -102,6 +105,7 @@ class PrivacyReport:
     epsilon_at_realised_stop_NOT_A_GUARANTEE: float | None = None
     epsilon_if_poisson_NOT_A_GUARANTEE: float | None = None
     epsilon_if_seed_were_secret_NOT_A_GUARANTEE: float | None = None
+    noise_mode: str = "float"
 
     # results.json's key order (a published format).
     _ORDER = (
@@ -111,6 +115,7 @@ class PrivacyReport:
         "adjacency",
         "noise_multiplier",
         "l2_clip",
+        "noise_mode",
         "expected_lot_size",
         "dataset_size",
         "sampling_rate",
@@ -276,6 +281,7 @@ def privacy_report(
         adjacency=adjacency(plan),
         noise_multiplier=plan.noise_multiplier,
         l2_clip=plan.l2_clip,
+        noise_mode=plan.noise_mode,
         expected_lot_size=plan.expected_lot_size,
         dataset_size=plan.dataset_size,
         sampling_rate=plan.sampling_rate,

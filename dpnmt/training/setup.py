@@ -18,8 +18,9 @@ import ml_collections
 import optax
 import orbax.checkpoint as ocp
 
-from dpnmt import bridge, config_check, config_lib, distributed, privacy
+from dpnmt import bridge, config_check, config_lib, core, distributed, privacy
 from dpnmt.data import preprocess, tokenizers
+from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, pretrained_privacy, steps
 from dpnmt.training.privacy_report import PretrainedClaim, privacy_report
@@ -127,6 +128,25 @@ def tokenize_splits(config, corpus, tokenizer):
         pad_id=tokenizer.pad_id,
     )
     return tokenized, examples, {"train": train_stats, **stats.splits}
+
+
+def _check_secure_noise(plan: privacy.PrivacyPlan, trainable) -> None:
+    """dp.noise_mode=secure: refuses a σ and size its int32 grid cannot hold, before any step."""
+    size = sum(leaf.size for leaf in jax.tree_util.tree_leaves(trainable))
+    stddev = plan.noise_multiplier * plan.l2_clip
+    try:
+        grid = core.secure_noise.secure_grid(size, stddev, plan.l2_clip)
+    except ValueError as error:
+        raise ConfigError(f"dp.noise_mode=secure: {error}") from error
+    logging.info(
+        "Secure noise: grid %g, integer scale %d, noise stddev %g (σC = %g); sums beyond ±%g "
+        "per coordinate saturate.",
+        grid.grid,
+        grid.integer_scale,
+        grid.stddev,
+        stddev,
+        grid.signal_limit,
+    )
 
 
 def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
@@ -269,6 +289,8 @@ def build_run(
             config, tokenizer, jax.random.fold_in(root, 0)
         )
         trainable, frozen = pieces.split_trainable(config, params)
+    if plan.private and plan.noise_mode == core.noise.SECURE:
+        _check_secure_noise(plan, trainable)
         tx = steps.make_optimizer(config.train, plan.num_steps)
         opt_state = timer.sync(tx.init(trainable))
 

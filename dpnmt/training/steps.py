@@ -127,17 +127,25 @@ class StepPrivacy:
       l2_clip: C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the constant divisor (never the realised lot size).
+      noise_mode: "float" | "secure" (`core.noisy_average`'s `noise_mode`).
     """
 
     private: bool
     l2_clip: float
     noise_multiplier: float
     expected_lot_size: int
+    noise_mode: str = "float"
 
     @classmethod
     def from_plan(cls, plan) -> "StepPrivacy":
         """The step's part of a `dpnmt.privacy.PrivacyPlan`."""
-        return cls(plan.private, plan.l2_clip, plan.noise_multiplier, plan.expected_lot_size)
+        return cls(
+            plan.private,
+            plan.l2_clip,
+            plan.noise_multiplier,
+            plan.expected_lot_size,
+            plan.noise_mode,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +235,7 @@ def make_lot_step(
                 privacy.noise_multiplier,
                 privacy.l2_clip,
                 privacy.expected_lot_size,
+                noise_mode=privacy.noise_mode,
             )
         return jax.tree.map(lambda g: g / privacy.expected_lot_size, acc.grad_sum)
 

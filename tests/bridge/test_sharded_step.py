@@ -217,6 +217,31 @@ def test_empty_lot_still_steps_and_only_noise_moves_params(meshes, steps):
     chex.assert_trees_all_equal(unchanged, params)
 
 
+def test_secure_noise_mode_reaches_the_sharded_step(meshes):
+    """StepPrivacy(noise_mode="secure"): the step's noise is the core's secure noise, drawn once."""
+    step = training.make_lot_step(
+        lambda params, example, _: loss_fn(params, example),
+        optax.identity(),
+        training.StepPrivacy(True, L2_CLIP, NOISE_MULTIPLIER, EXPECTED_LOT_SIZE, "secure"),
+        meshes[8],
+    )
+    params, key = init_params(), jax.random.key(9)
+    released = training.lot_gradient(step, params, [], key)
+    noise = core.add_gaussian_noise(
+        jax.tree.map(jnp.zeros_like, params),
+        NOISE_MULTIPLIER * L2_CLIP,
+        key,
+        mode="secure",
+        l2_sensitivity=L2_CLIP,
+    )
+    expected = jax.tree.map(lambda n: n / EXPECTED_LOT_SIZE, noise)
+    chex.assert_trees_all_close(released, expected, rtol=1e-6, atol=0)
+    size = sum(leaf.size for leaf in jax.tree.leaves(params))
+    grid = core.secure_noise.secure_grid(size, NOISE_MULTIPLIER * L2_CLIP, L2_CLIP).grid
+    steps = np.asarray(noise["embed"], np.float64) / grid  # On the grid: not float draws.
+    np.testing.assert_array_equal(steps, np.round(steps))
+
+
 def test_device_lots_delivers_each_lot_as_sharded_microbatches(meshes):
     mesh = meshes[8]
     reference = itertools.islice(PoissonLots(DATASET, 20, seed=4), 4)

@@ -117,3 +117,20 @@ def test_a_field_newer_than_the_workdir_binds_only_off_its_default(tmp_path):
     (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
     config.model.finetune = "all"
     assert config_check.binding_changes(str(tmp_path), config) == ["train.no_longer_a_field"]
+
+
+def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
+    """dp.noise_mode (issue 26): checked by name; a run made before it existed was "float"."""
+    config = config_lib.base_config()
+    assert config.dp.noise_mode == "float"
+    config.dp.noise_mode = "secure_mode"
+    problems = config_check.config_problems(config, device_count=8)
+    assert any(p.startswith("dp.noise_mode='secure_mode' is unknown") for p in problems)
+    config.dp.noise_mode = "float"
+    published = json.loads(config.to_json_best_effort())
+    del published["dp"]["noise_mode"]  # As written before the field existed.
+    (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
+    (tmp_path / config_check.CHECKPOINT_DIR / "1").mkdir(parents=True)
+    assert config_check.binding_changes(str(tmp_path), config) == []
+    config.dp.noise_mode = "secure"  # Resuming it with other noise would change the run.
+    assert config_check.binding_changes(str(tmp_path), config) == ["dp.noise_mode"]

@@ -211,3 +211,19 @@ def test_progress_line_shows_dp_sgd_and_the_total_with_the_vocabulary(caplog):
     assert report.total_epsilon == privacy_report_module.total_epsilon_after(
         plan, plan.num_steps, vocabulary
     )
+
+
+def test_noise_mode_reaches_the_plan_the_step_and_results_json():
+    """dp.noise_mode is recorded in results.json's "privacy"; older records read back "float"."""
+    from dpnmt.training import steps
+
+    vocabulary = VocabularyRecord("pretrained", True)
+    for mode in ("float", "secure"):
+        dp, train = _configs(target_epsilon=2.0, noise_mode=mode)
+        plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+        assert plan.noise_mode == mode
+        assert steps.StepPrivacy.from_plan(plan).noise_mode == mode
+        report = privacy_report(plan, plan.num_steps, vocabulary).to_json()
+        assert report["noise_mode"] == mode
+    del report["noise_mode"]  # A results.json written before the field existed.
+    assert PrivacyReport.from_json(report).noise_mode == "float"
