@@ -92,6 +92,8 @@ def dp_aggregate(
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
+    *,
+    noise_mode: str = noise.FLOAT,
 ) -> optax.GradientTransformationExtraArgs:
     """Clip per-example gradients, sum, add N(0, σ²C²) once, divide by L.
 
@@ -99,6 +101,9 @@ def dp_aggregate(
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
+      noise_mode: "float" (float32 Gaussian draws) or "secure" (a discrete
+        Gaussian on a grid, safe against the floating-point attack on raw noisy
+        sums); see `noisy_average`.
 
     Returns:
       A transformation whose `update(per_example_grads, state, params, *,
@@ -115,6 +120,7 @@ def dp_aggregate(
     validation.check_positive("l2_clip", l2_clip)
     validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
     validation.check_positive("expected_lot_size", expected_lot_size)
+    noise.check_noise_mode(noise_mode)
 
     def init_fn(params):
         del params
@@ -133,7 +139,7 @@ def dp_aggregate(
         grad_sum, _ = clipping.clip_and_sum(updates, l2_clip, mask)
         lot = accumulation.AccumulatorState(grad_sum, jnp.zeros((), jnp.int32))
         noisy = accumulation.noisy_average(
-            lot, step_key, noise_multiplier, l2_clip, expected_lot_size
+            lot, step_key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
         )
         return noisy, DpAggregateState(state.count + 1)
 
@@ -167,6 +173,8 @@ def dp_accumulate_aggregate(
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
+    *,
+    noise_mode: str = noise.FLOAT,
 ) -> optax.GradientTransformationExtraArgs:
     """Accumulate clipped micro-batches; noise once and divide by L when the lot ends.
 
@@ -188,6 +196,9 @@ def dp_accumulate_aggregate(
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
+      noise_mode: "float" (float32 Gaussian draws) or "secure" (a discrete
+        Gaussian on a grid, safe against the floating-point attack on raw noisy
+        sums); see `noisy_average`.
 
     Returns:
       A transformation whose `update(per_example_grads, state, params=None, *,
@@ -200,6 +211,7 @@ def dp_accumulate_aggregate(
     validation.check_positive("l2_clip", l2_clip)
     validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
     validation.check_positive("expected_lot_size", expected_lot_size)
+    noise.check_noise_mode(noise_mode)
 
     def init_fn(params):
         return DpAccumulateState(jnp.zeros((), jnp.int32), accumulation.init_accumulator(params))
@@ -214,7 +226,7 @@ def dp_accumulate_aggregate(
 
         def emit(lot):
             return accumulation.noisy_average(
-                lot, step_key, noise_multiplier, l2_clip, expected_lot_size
+                lot, step_key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
             )
 
         def hold(lot):

@@ -22,6 +22,7 @@ def private_lot_gradient(
     expected_lot_size: float,
     clipping_method: str = "ghost",
     example_key: chex.PRNGKey | None = None,
+    noise_mode: str = "float",
 ) -> chex.ArrayTree:
     """Clips and sums a lot micro-batch by micro-batch, then noises once and divides by L.
 
@@ -53,6 +54,7 @@ def private_lot_gradient(
         `fold_in(example_key, k)`, passed as `private_grad_sum`'s `key`, and
         `loss_fn` is then called as `loss_fn(params, example, key)`. Use a new
         one every step; never the noise key.
+      noise_mode: "float" or "secure" (see `noisy_average`).
 
     Returns:
       Pytree like `params`: the noisy average gradient of the lot (NaN if the
@@ -82,5 +84,7 @@ def private_lot_gradient(
         return accumulation.accumulate(acc, grad_sum, lot.mask[k].sum().astype("int32"))
 
     acc = jax.lax.fori_loop(0, lot.num_microbatches, body, accumulation.init_accumulator(params))
-    grad = accumulation.noisy_average(acc, key, noise_multiplier, l2_clip, expected_lot_size)
+    grad = accumulation.noisy_average(
+        acc, key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
+    )
     return jax.tree_util.tree_map(lambda g: jnp.where(lot.overflow, jnp.nan, g), grad)

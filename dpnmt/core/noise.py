@@ -52,8 +52,7 @@ def add_gaussian_noise(
       A pytree with the structure, shapes and dtypes of `tree`.
     """
     validation.check_positive("stddev", stddev, allow_zero=True)
-    if mode not in NOISE_MODES:
-        raise ValueError(f"mode={mode!r} is unknown; use one of {list(NOISE_MODES)}.")
+    check_noise_mode(mode)
     if mode == SECURE:
         if l2_sensitivity is None:
             raise ValueError(
@@ -82,6 +81,13 @@ def _standard_normal(key: chex.PRNGKey, shape: tuple[int, ...], dtype) -> chex.A
         if sample is not None:
             return sample
     return jax.random.normal(key, shape, dtype)
+
+
+def check_noise_mode(mode: str) -> str:
+    """Returns `mode` if it is one of `NOISE_MODES`; raises ValueError naming them otherwise."""
+    if mode not in NOISE_MODES:
+        raise ValueError(f"noise mode {mode!r} is unknown; use one of {list(NOISE_MODES)}.")
+    return mode
 
 
 def noise_key_for_step(base_key: chex.PRNGKey, step) -> chex.PRNGKey:
