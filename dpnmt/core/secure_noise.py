@@ -16,8 +16,8 @@ C and let σ = stddev / C. The grid γ is the largest power of two with
 sensitivity Δ <= C/γ + √d (rounding moves a coordinate by <= 1/2, clipping is
 1-Lipschitz, and s / γ is exact for a power of two). With N of independent
 coordinates N_Z(0, S²), S = ceil(σΔ) an integer, the release `k + N` is
-½(Δ/S)² <= 1/(2σ²)-zCDP (CKS 2020, the multivariate discrete Gaussian:
-Theorem 14 of the arXiv version): the concentrated DP of the continuous
+½(Δ/S)² <= 1/(2σ²)-zCDP (CKS 2020, its result for the multivariate
+discrete Gaussian with L2 sensitivity Δ): the concentrated DP of the continuous
 Gaussian mechanism at noise multiplier σ. The sampler's N differs from N_Z(0,
 S²) by less than 2**-200 in total variation per coordinate (it conditions on
 |N_i| < 17 S and restarts a draw whose Algorithm 1 counter passes 64), which
