@@ -60,7 +60,9 @@ def log_progress(
     rate_text = f"  (rates over >= {MIN_RATE_WINDOW_LOTS} lots only)"
     scalars = {"privacy/epsilon_spent": epsilon}
     epsilon_text = f"ε spent {epsilon:.4g}"
-    if total_epsilon is not None:
+    if math.isinf(epsilon):
+        epsilon_text = "non-private (ε ∞)"
+    elif total_epsilon is not None:
         scalars["privacy/total_epsilon_spent"] = total_epsilon
         epsilon_text = (
             f"ε spent: DP-SGD {epsilon:.4g}, total {total_epsilon:.4g} (with the vocabulary "

@@ -213,6 +213,18 @@ def test_progress_line_shows_dp_sgd_and_the_total_with_the_vocabulary(caplog):
     )
 
 
+def test_progress_line_of_a_non_private_run_says_so(caplog):
+    """Non-private: "non-private (ε ∞)", not a DP-SGD/total pair of infinities."""
+    dp, train = _configs(enabled=False)
+    plan = privacy.plan_privacy(dp, train, dataset_size=5_000)
+    vocabulary = VocabularyRecord("sentencepiece_public", True)
+    total = privacy_report_module.total_epsilon_after(plan, 3, vocabulary)
+    with caplog.at_level("INFO"):
+        metrics.log_progress(_Writer(), plan, 3, None, 1.5, total_epsilon=total)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert line.endswith("train loss 1.5000  non-private (ε ∞)"), line
+
+
 def test_noise_mode_reaches_the_plan_the_step_and_results_json():
     """dp.noise_mode is recorded in results.json's "privacy"; older records read back "float"."""
     from dpnmt.training import steps
