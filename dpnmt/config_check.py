@@ -431,7 +431,7 @@ def _mixture_problems(config) -> list[str]:
         problems = corpora.mixture.check_weights(spec, weights)
     except InputError as error:
         return [str(error)]
-    if config.dp.enabled and (len(entries) > 1 or any(w != 1 for w in weights)):
+    if config.dp.enabled and (len(entries) > 1 or weights):
         problems.append(
             f"data.corpus={spec!r}"
             + (f" with data.corpus_weights={weights!r}" if weights else "")
@@ -810,19 +810,22 @@ def _sha256(data: bytes) -> str:
 
 
 def _text_digest(lines: Iterable[str]) -> str:
-    """Digest of text lines (trailing blank lines dropped), as a file or a split side."""
-    lines = list(lines)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return _sha256("\n".join(lines).encode("utf-8"))
+    """Digest of the set of non-blank text lines: their order and repeats do not count.
+
+    A file with a split side's sentences reordered (or deduplicated) is still
+    that side's text.
+    """
+    distinct = sorted({line.strip() for line in lines} - {""})
+    return _sha256("\n".join(distinct).encode("utf-8"))
 
 
 def public_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
     """`tokenizer.public_text_paths` must not be the private corpus's own text.
 
     A private run (`sentencepiece_public`) refuses a path that resolves to a
-    file its corpus was read from (any split), or whose bytes, or text lines,
-    equal such a file or one language side of a split: a vocabulary learnt from
+    file its corpus was read from (any split), or whose bytes, or set of text
+    lines (in any order), equal such a file or one language side of a split
+    (the split as loaded: one corpus, unshuffled): a vocabulary learnt from
     it would be learnt from the private data without DP, reported as ε 0.
     """
     if not config.dp.enabled or config_lib.tokenizer_kind(config) != "sentencepiece_public":
