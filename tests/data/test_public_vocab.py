@@ -11,7 +11,8 @@ import pytest
 
 from dpnmt import config_check, config_lib
 from dpnmt.data import public_vocab
-from dpnmt.training import pieces
+from dpnmt.errors import ConfigError
+from dpnmt.training import pieces, setup
 from tests.data.conftest import generated_sentences
 
 
@@ -109,6 +110,50 @@ def test_the_private_corpus_is_refused_as_public_however_it_is_named(tmp_path, m
         assert any("private training data" in p for p in problems), (name, problems)
     fine = _private_config(private, "files:public")
     assert not config_check.config_problems(fine, device_count=1)
+
+
+def _partial_copy(folder, private, rows):
+    """A public corpus whose train split ends with `rows` private train pairs, reversed."""
+    lines = (private / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : rows + 1]
+    with open(folder / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("".join(f"{line.upper()}\n" for line in reversed(lines)))  # Re-cased too.
+    return folder
+
+
+def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypatch):
+    """A copy under another name, or a few private pairs in a public corpus: its text decides."""
+    private = _corpus(tmp_path / "data" / "private", seed=1)
+    shutil.copytree(private, tmp_path / "data" / "copy")
+    _corpus(tmp_path / "data" / "public", seed=2)
+    _partial_copy(_corpus(tmp_path / "data" / "some", seed=3), private, rows=10)  # 1.7%
+    _partial_copy(_corpus(tmp_path / "data" / "few", seed=4), private, rows=5)  # 0.9%
+    monkeypatch.setenv("DPNMT_DATA_DIR", str(tmp_path / "data"))
+
+    def config(public):
+        config = _private_config(private, public)
+        config.train.expected_lot_size = 16
+        config.dp.noise_multiplier = 1.0  # Given σ: no calibration (fast).
+        return config
+
+    cases = [
+        ("files:copy", "'files:copy' holds 580 of the 580 distinct de sentences (100.0%)"),
+        ("detok:files:copy", "'detok:files:copy' holds 580 of the 580 distinct de"),
+        ("files:public,files:some", "'files:some' holds 10 of the 580 distinct de sentences"),
+    ]
+    for public, expected in cases:
+        assert not config_check.config_problems(config(public), device_count=1), public
+        workdir = tmp_path / "run"
+        with pytest.raises(ConfigError) as error:
+            setup.build_run(config(public), str(workdir))
+        message = str(error.value)
+        assert expected in message and "not public" in message, message
+        assert "distinct en sentences" in message and "dp_sentencepiece" in message
+        assert not workdir.exists()  # Refused before anything is written.
+    # Public text sharing no sentence, or under 1% of a side, is accepted.
+    for public in ("files:public", "files:public,files:few"):
+        workdir = tmp_path / "fine"
+        config_check.check_run(config(public), str(workdir), load_corpus=pieces.load_corpus)
+        assert not workdir.exists()
 
 
 def test_public_corpora_need_the_runs_pair(tmp_path):
