@@ -1,5 +1,6 @@
 """The public vocabulary of named corpora: cached by content, ε 0, never the private corpus."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -67,10 +68,27 @@ def test_record_says_public_epsilon_zero_and_holds_no_path(tmp_path, cache):
     assert record.epsilon == 0.0 and record.delta == 0.0
     corpora_info = record.details["public_corpora"]
     assert [c["sentences"] for c in corpora_info] == [2 * 580, 2 * 580]  # Train, both sides.
-    on_disk = (cache / "vocab" / record.details["cache_key"] / "vocabulary.json").read_text()
-    assert json.loads(on_disk) == json.loads(json.dumps(record.__dict__))
-    # Names as given are recorded; the key and the files never depend on the folders' place.
-    assert str(tmp_path / "cache") not in json.dumps(record.details)
+    # Corpora are named by their folder's name, never located (the record is published).
+    assert [c["name"] for c in corpora_info] == ["files:a", "files:b"]
+    assert "files:a, files:b" in record.note
+    assert str(tmp_path) not in json.dumps(dataclasses.asdict(record))
+    # The cache holds the model and what the key hashes: no name, no path.
+    folder = cache / "vocab" / record.details["cache_key"]
+    assert sorted(os.listdir(folder)) == ["key.json", "spm.model"]
+    on_disk = (folder / "key.json").read_text()
+    assert str(tmp_path) not in on_disk and "files:" not in on_disk
+    # A later run naming the same text otherwise finds the model, with its own names.
+    copy = shutil.copytree(a, tmp_path / "elsewhere" / "copy_of_a")
+    again = public_vocab.build_public_vocabulary(_spec(copy, b))
+    assert not again.built and again.folder == built.folder
+    assert [c["name"] for c in again.record.details["public_corpora"]] == [
+        "files:copy_of_a",
+        "files:b",
+    ]
+    assert "files:copy_of_a, files:b" in again.record.note
+    assert str(tmp_path) not in json.dumps(dataclasses.asdict(again.record))
+    detok = public_vocab.PublicVocabSpec.create(f"detok:files:{a}/", "en-de", 300)
+    assert public_vocab._record_names(detok) == ["detok:files:a"]
 
 
 def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
@@ -86,6 +104,8 @@ def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
     )
     assert record.epsilon == 0.0
     assert (tmp_path / "run" / "tokenizer.model").exists()
+    for name in os.listdir(tmp_path / "run"):  # What the workdir publishes locates nothing.
+        assert str(tmp_path).encode() not in (tmp_path / "run" / name).read_bytes(), name
     cached = public_vocab.build_public_vocabulary(public_vocab.PublicVocabSpec.from_config(config))
     assert not cached.built and cached.tokenizer.fingerprint == tokenizer.fingerprint
 
