@@ -388,6 +388,33 @@ def public_corpora_problems(config) -> list[str]:
     return []
 
 
+def measure_split_problems(config, measure: str | None, split: str) -> list[str]:
+    """`python -m dpnmt.public_vocab --measure`: never the train split of a DP config's corpus.
+
+    A private run's train split is private: its size and length statistics are
+    not published, and lengths or buckets fitted on them are choices made on
+    private data outside the guarantee. Its public validation split is measured
+    instead.
+    """
+    if not measure or split != "train" or config is None or not config.dp.enabled:
+        return []
+    try:
+        measured = corpora.parse_corpus_names(measure, "--measure")
+        private = corpora.parse_corpus_names(config.data.corpus)
+    except InputError as error:
+        return [str(error)]
+    folders = {_corpus_identity(entry.registry_name) for entry in private}
+    if not any(_corpus_identity(entry.registry_name) in folders for entry in measured):
+        return []
+    return [
+        f"--measure={measure} --measure_split=train reads the train split of "
+        f"data.corpus={config.data.corpus!r}, the private training data of this DP --config: "
+        "its size and length statistics are private, and lengths or buckets chosen from "
+        "them are choices made on private data. Measure its public validation split "
+        "(--measure_split=validation, the default), or give a non-private --config."
+    ]
+
+
 def _public_corpus_problem(entry, pair: str) -> str | None:
     """A public corpus that is missing or lacks the run's pair (cheap: folder and pair)."""
     corpus, argument = corpora.lookup(entry.registry_name)

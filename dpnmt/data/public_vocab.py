@@ -258,7 +258,8 @@ def build_and_measure(
       rebuild: learn it again even if cached.
       measure: a corpus name (e.g. "files:multi30k") whose `measure_split`
         is encoded, each side on its own.
-      measure_split: "train", "validation" or "test".
+      measure_split: "train", "validation" or "test"; a public split (a private
+        corpus's train split is private: `config_check.measure_split_problems`).
 
     Returns:
       A JSON-able summary: the folder, whether it was built now, the record,

@@ -208,3 +208,33 @@ def test_the_app_builds_it_ahead_and_measures_pieces_per_sentence(tmp_path, cach
     # Then a run with the same corpora finds it in the cache.
     spec = public_vocab.PublicVocabSpec.create(f"files:{a}", "de-en", 300)
     assert not public_vocab.build_public_vocabulary(spec).built
+
+
+def test_the_app_refuses_to_measure_a_dp_configs_private_train_split(tmp_path, cache):
+    """Statistics of a DP run's train split are private: the app measures validation instead."""
+    private, public = _corpus(tmp_path / "private", seed=1), _corpus(tmp_path / "public", seed=2)
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    command = [
+        sys.executable,
+        "-m",
+        "dpnmt.public_vocab",
+        f"--config={repo / 'configs' / 'multi30k.py'}:eps8",
+        f"--config.data.corpus=files:{private}",
+        f"--config.tokenizer.public_corpora=files:{public}",
+        "--config.tokenizer.vocab_size=300",
+        f"--measure=files:{private}/",  # Another spelling of the same folder.
+        "--measure_split=train",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    assert done.returncode != 0 and "private training data" in done.stderr, done.stderr[-2000:]
+    assert "--measure_split=validation" in done.stderr
+    assert not cache.exists()  # Refused before any vocabulary is built.
+    # The same corpus's train split under a non-private config is its data to measure.
+    nonprivate = config_lib.make_config("nonprivate")
+    nonprivate.data.corpus = f"files:{private}"
+    assert not config_check.measure_split_problems(nonprivate, f"files:{private}", "train")
+    dp = _private_config(private, f"files:{public}")
+    assert config_check.measure_split_problems(dp, f"files:{private}", "train")
+    assert not config_check.measure_split_problems(dp, f"files:{private}", "validation")
+    assert not config_check.measure_split_problems(dp, f"files:{public}", "train")
