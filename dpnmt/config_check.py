@@ -22,7 +22,7 @@ import ml_collections
 
 from dpnmt import config_lib, core, privacy
 from dpnmt.bridge import buckets as length_buckets
-from dpnmt.data import corpora, languages, preprocess
+from dpnmt.data import corpora, languages, overlap, preprocess, public_vocab
 from dpnmt.errors import ConfigError, InputError
 from dpnmt.training import compilation_cache, pretrained_privacy
 from dpnmt.training.run_dir import (
@@ -388,6 +388,33 @@ def public_corpora_problems(config) -> list[str]:
     return []
 
 
+def measure_split_problems(config, measure: str | None, split: str) -> list[str]:
+    """`python -m dpnmt.public_vocab --measure`: never the train split of a DP config's corpus.
+
+    A private run's train split is private: its size and length statistics are
+    not published, and lengths or buckets fitted on them are choices made on
+    private data outside the guarantee. Its public validation split is measured
+    instead.
+    """
+    if not measure or split != "train" or config is None or not config.dp.enabled:
+        return []
+    try:
+        measured = corpora.parse_corpus_names(measure, "--measure")
+        private = corpora.parse_corpus_names(config.data.corpus)
+    except InputError as error:
+        return [str(error)]
+    folders = {_corpus_identity(entry.registry_name) for entry in private}
+    if not any(_corpus_identity(entry.registry_name) in folders for entry in measured):
+        return []
+    return [
+        f"--measure={measure} --measure_split=train reads the train split of "
+        f"data.corpus={config.data.corpus!r}, the private training data of this DP --config: "
+        "its size and length statistics are private, and lengths or buckets chosen from "
+        "them are choices made on private data. Measure its public validation split "
+        "(--measure_split=validation, the default), or give a non-private --config."
+    ]
+
+
 def _public_corpus_problem(entry, pair: str) -> str | None:
     """A public corpus that is missing or lacks the run's pair (cheap: folder and pair)."""
     corpus, argument = corpora.lookup(entry.registry_name)
@@ -431,7 +458,7 @@ def _mixture_problems(config) -> list[str]:
         problems = corpora.mixture.check_weights(spec, weights)
     except InputError as error:
         return [str(error)]
-    if config.dp.enabled and (len(entries) > 1 or any(w != 1 for w in weights)):
+    if config.dp.enabled and (len(entries) > 1 or weights):
         problems.append(
             f"data.corpus={spec!r}"
             + (f" with data.corpus_weights={weights!r}" if weights else "")
@@ -810,24 +837,30 @@ def _sha256(data: bytes) -> str:
 
 
 def _text_digest(lines: Iterable[str]) -> str:
-    """Digest of text lines (trailing blank lines dropped), as a file or a split side."""
-    lines = list(lines)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return _sha256("\n".join(lines).encode("utf-8"))
+    """Digest of the set of non-blank text lines: their order and repeats do not count.
+
+    A file with a split side's sentences reordered (or deduplicated) is still
+    that side's text.
+    """
+    distinct = sorted({line.strip() for line in lines} - {""})
+    return _sha256("\n".join(distinct).encode("utf-8"))
 
 
 def public_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
     """`tokenizer.public_text_paths` must not be the private corpus's own text.
 
     A private run (`sentencepiece_public`) refuses a path that resolves to a
-    file its corpus was read from (any split), or whose bytes, or text lines,
-    equal such a file or one language side of a split: a vocabulary learnt from
-    it would be learnt from the private data without DP, reported as ε 0.
+    file its corpus was read from (any split), or whose bytes, or set of text
+    lines (in any order), equal such a file or one language side of a split
+    (the split as loaded: one corpus, unshuffled), or whose lines hold more
+    than `overlap.OVERLAP_LIMIT` of a private split side's sentences: a
+    vocabulary learnt from it would be learnt from the private data without
+    DP, reported as ε 0.
     """
     if not config.dp.enabled or config_lib.tokenizer_kind(config) != "sentencepiece_public":
         return []
     by_path, by_bytes, by_text = {}, {}, {}
+    sides = overlap.private_sides(corpus, _private_splits(corpus))
     for split, dataset in corpus.items():
         for path in _path_pieces(dataset.info.description or ""):
             by_path.setdefault(os.path.realpath(path), split)
@@ -857,6 +890,55 @@ def public_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]
                 "(its ε is added), or 'sentencepiece_private' with "
                 "tokenizer.private_data_ok=True (the report then says ε = ∞)."
             )
+            continue
+        text = overlap.sentence_set(data.decode("utf-8", errors="replace").splitlines())
+        found = overlap.large_overlaps(text, sides)
+        if found:
+            problems.append(_overlap_message(f"tokenizer.public_text_paths: {path}", found, config))
+    return problems
+
+
+def _private_splits(corpus) -> list[str]:
+    """The splits of `corpus` that are private: train, and a validation carved from it."""
+    from dpnmt.training import pieces  # Deferred: pieces imports this module.
+
+    return ["train", "validation"] if pieces.validation_is_carved_from_train(corpus) else ["train"]
+
+
+def _overlap_message(where: str, found: list, config) -> str:
+    return (
+        f"{where} holds {'; '.join(o.describe() for o in found)} of this DP run's corpus "
+        f"({config.data.corpus}), up to case and spacing: that text is not public (more than "
+        f"{overlap.OVERLAP_LIMIT:.0%} of a private side shared is refused), and a vocabulary "
+        "learnt from it is learnt from the private data without DP, yet reported as ε 0. "
+        "Give public text that does not contain this run's data, or use "
+        "tokenizer.kind='dp_sentencepiece' (its ε is added)."
+    )
+
+
+def public_corpora_content_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
+    """`tokenizer.public_corpora` must not hold the private corpus's sentences.
+
+    `public_corpora_problems` compares names and folders; this compares text, so
+    a copy under another name, a reordered or partial copy, or the folder a
+    `wmt16` or `hub:` corpus was read from all count. A DP run refuses a public
+    corpus whose train split (both sides) holds more than `overlap.OVERLAP_LIMIT`
+    of the distinct sentences of a side of a private split (a copy holds all).
+    Reads the public corpora (a few seconds): `check_run` calls it, before
+    anything is written.
+    """
+    spec = config.tokenizer.get("public_corpora", "")
+    if not spec or not config.dp.enabled:
+        return []
+    if config_lib.tokenizer_kind(config) != "sentencepiece_public":
+        return []
+    sides = overlap.private_sides(corpus, _private_splits(corpus))
+    problems = []
+    for name, lines in public_vocab.public_texts(public_vocab.PublicVocabSpec.from_config(config)):
+        found = overlap.large_overlaps(overlap.sentence_set(lines), sides)
+        if found:
+            where = f"tokenizer.public_corpora: {name!r}"
+            problems.append(_overlap_message(where, found, config))
     return problems
 
 
@@ -895,4 +977,5 @@ def check_run(
     problems = size_problems(config, dataset_size)
     if not problems:  # The plan is sound: its δ against N.
         problems = delta_problems(config, dataset_size)
-    raise_problems([*public_text_problems(config, corpus), *problems])
+    public = public_text_problems(config, corpus) + public_corpora_content_problems(config, corpus)
+    raise_problems([*public, *problems])

@@ -9,6 +9,8 @@ With --config it builds exactly the vocabulary that config's runs use
 `tokenizer.model_type`); the plain flags override those fields or stand
 alone. It prints the cache folder and the vocabulary's record (JSON), and with
 --measure the pieces per sentence of that corpus's --measure_split, each side.
+Measure a public split (validation): the train split of a DP --config's own
+corpus is refused, its statistics being private.
 A run builds the same vocabulary on first use when it is missing; this app
 builds it ahead (`dpnmt.data.public_vocab`: cache folder, key, record).
 """
@@ -37,7 +39,10 @@ _MEASURE = flags.DEFINE_string(
     "measure", None, "A corpus (e.g. files:multi30k) to report pieces per sentence of."
 )
 _MEASURE_SPLIT = flags.DEFINE_enum(
-    "measure_split", "validation", ["train", "validation", "test"], "The split --measure reads."
+    "measure_split",
+    "validation",
+    ["train", "validation", "test"],
+    "The split --measure reads: a public one (train is refused for a DP --config's corpus).",
 )
 
 
@@ -47,7 +52,10 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     if config is not None:
-        config_check.raise_problems(config_check.public_corpora_problems(config))
+        config_check.raise_problems(
+            config_check.public_corpora_problems(config)
+            + config_check.measure_split_problems(config, _MEASURE.value, _MEASURE_SPLIT.value)
+        )
     corpora = _CORPORA.value or (config.tokenizer.public_corpora if config else "")
     if not corpora:
         raise app.UsageError(

@@ -4,12 +4,14 @@
 as in `data.corpus`, e.g. "files:tatoeba_de_en,detok:wmt16") learns a joint
 vocabulary from the train splits of those corpora, both sides of the run's
 language pair. No private data enters it, so it costs no ε (the run's ε is
-DP-SGD's alone). It is cached under `cache_root()/<key>/` (`spm.model` and
-`vocabulary.json`), where the key hashes the text it was learnt from and the
-trainer options, never paths: every run naming the same corpora and options
-reuses it, and changed text makes a new one. `python -m dpnmt.public_vocab`
-builds it ahead of the runs; a run builds it on first use otherwise, then
-keeps its own copy in its workdir like any vocabulary.
+DP-SGD's alone). It is cached under `cache_root()/<key>/` (`spm.model`, and
+`key.json`: what the key hashes), where the key hashes the text it was learnt
+from and the trainer options, never names or paths: every run naming the same
+text and options reuses it, and changed text makes a new one. Each run makes
+its own record (published: its workdir, results, exports) from its own corpus
+names, each path reduced to its last component (`files:/data/x` -> `files:x`).
+`python -m dpnmt.public_vocab` builds it ahead of the runs; a run builds it on
+first use otherwise, then keeps its own copy in its workdir like any vocabulary.
 """
 
 import dataclasses
@@ -25,10 +27,11 @@ import numpy as np
 from dpnmt.data import tokenizers
 from dpnmt.data.corpora import mixture
 from dpnmt.data.languages import parse_pair
+from dpnmt.public_names import public_name
 
 CACHE_ENV = "DPNMT_CACHE_DIR"
 MODEL_FILE = "spm.model"
-RECORD_FILE = "vocabulary.json"
+KEY_FILE = "key.json"
 _KEY_VERSION = 1  # Bump when what the key hashes changes meaning.
 
 
@@ -123,7 +126,8 @@ class PublicVocabulary:
 
     Attributes:
       tokenizer: the SentencePiece tokenizer.
-      record: its `VocabularyRecord` (public: ε 0, covered by the guarantee).
+      record: its `VocabularyRecord` (public: ε 0, covered by the guarantee),
+        naming this call's corpora (`_record_names`), never a path.
       folder: its cache folder (`spm.model`, `vocabulary.json`); local, never published.
       built: True when this call learnt it, False when it was in the cache.
     """
@@ -134,8 +138,32 @@ class PublicVocabulary:
     built: bool
 
 
+def _record_names(spec: PublicVocabSpec) -> list[str]:
+    """The corpus names as published: a path argument reduced to its last component."""
+    names = []
+    for entry in mixture.parse_corpus_names(",".join(spec.corpora)):
+        kind, sep, argument = entry.registry_name.partition(":")
+        name = f"{kind}{sep}{public_name(argument)}" if sep and argument else entry.registry_name
+        names.append((mixture.DETOK_PREFIX if entry.detokenize else "") + name)
+    return names
+
+
+def _key_contents(spec: PublicVocabSpec, texts, digests, key: str) -> dict[str, Any]:
+    """What `key.json` holds: the key's inputs, no corpus name or path."""
+    return {
+        "cache_key": key,
+        "languages": list(spec.languages),
+        "text": [
+            {"split": "train", "sentences": len(lines), "sha256": digest}
+            for (_, lines), digest in zip(texts, digests, strict=True)
+        ],
+        "options": spec.trainer_options(),
+    }
+
+
 def _record(spec: PublicVocabSpec, texts, digests, key: str, size: int):
-    names = ", ".join(spec.corpora)
+    published = _record_names(spec)
+    names = ", ".join(published)
     return tokenizers.VocabularyRecord(
         kind="sentencepiece_public",
         covered_by_guarantee=True,
@@ -145,7 +173,7 @@ def _record(spec: PublicVocabSpec, texts, digests, key: str, size: int):
         details={
             "public_corpora": [
                 {"name": name, "split": "train", "sentences": len(lines), "sha256": digest}
-                for (name, lines), digest in zip(texts, digests, strict=True)
+                for name, (_, lines), digest in zip(published, texts, digests, strict=True)
             ],
             "languages": list(spec.languages),
             "vocab_size": size,
@@ -174,7 +202,8 @@ def build_public_vocabulary(spec: PublicVocabSpec, *, rebuild: bool = False) -> 
     """The cached vocabulary of `spec`, learnt first if it is not in the cache.
 
     The corpora are read each time (a few seconds): the key is their text's
-    hash, so a changed corpus never reuses a stale vocabulary.
+    hash, so a changed corpus never reuses a stale vocabulary. Only the model
+    and the key's inputs are cached; the record is made for this call's names.
 
     Args:
       spec: corpora and options.
@@ -188,21 +217,19 @@ def build_public_vocabulary(spec: PublicVocabSpec, *, rebuild: bool = False) -> 
     key = cache_key(spec, digests)
     folder = os.path.join(cache_root(), key)
     model_path = os.path.join(folder, MODEL_FILE)
-    record_path = os.path.join(folder, RECORD_FILE)
-    if not rebuild and os.path.isfile(model_path) and os.path.isfile(record_path):
-        with open(record_path) as f:
-            record = tokenizers.VocabularyRecord(**json.load(f))
-        return PublicVocabulary(
-            tokenizers.SentencePieceTokenizer.load(model_path), record, folder, built=False
+    built = rebuild or not os.path.isfile(model_path)
+    if built:
+        tokenizer = tokenizers.train_sentencepiece_on_texts(
+            [line for _, lines in texts for line in lines], **spec.trainer_options()
         )
-    tokenizer = tokenizers.train_sentencepiece_on_texts(
-        [line for _, lines in texts for line in lines], **spec.trainer_options()
-    )
+        os.makedirs(folder, exist_ok=True)
+        _write_atomic(model_path, tokenizer.model_proto)
+        key_data = _key_contents(spec, texts, digests, key)
+        _write_atomic(os.path.join(folder, KEY_FILE), json.dumps(key_data, indent=2).encode())
+    else:
+        tokenizer = tokenizers.SentencePieceTokenizer.load(model_path)
     record = _record(spec, texts, digests, key, tokenizer.vocab_size)
-    os.makedirs(folder, exist_ok=True)
-    _write_atomic(model_path, tokenizer.model_proto)
-    _write_atomic(record_path, json.dumps(dataclasses.asdict(record), indent=2).encode())
-    return PublicVocabulary(tokenizer, record, folder, built=True)
+    return PublicVocabulary(tokenizer, record, folder, built=built)
 
 
 def pieces_per_sentence(tokenizer: tokenizers.Tokenizer, texts: list[str]) -> dict[str, float]:
@@ -231,7 +258,8 @@ def build_and_measure(
       rebuild: learn it again even if cached.
       measure: a corpus name (e.g. "files:multi30k") whose `measure_split`
         is encoded, each side on its own.
-      measure_split: "train", "validation" or "test".
+      measure_split: "train", "validation" or "test"; a public split (a private
+        corpus's train split is private: `config_check.measure_split_problems`).
 
     Returns:
       A JSON-able summary: the folder, whether it was built now, the record,

@@ -42,6 +42,16 @@ def test_one_corpus_without_weights_is_the_registry_corpus(two):
         assert mixed[split].info.description == plain[split].info.description
 
 
+def test_one_corpus_with_weight_one_is_the_registry_corpus(two):
+    """Weights of 1 change nothing: the split keeps its order and names its file."""
+    a, _ = two
+    weighted = corpora.load_corpora(a, "de-en", weights=(1.0,))
+    plain = corpora.load_corpus(a, "de-en")
+    for split in corpora.SPLITS:
+        assert _pairs(weighted[split]) == _pairs(plain[split])
+        assert weighted[split].info.description == plain[split].info.description
+
+
 def test_weights_repeat_and_sample_each_train_split_evaluation_from_the_first(two):
     a, b = two
     corpus = corpora.load_corpora(f"{a},{b}", "de-en", weights=(0.5, 2.5))
@@ -90,8 +100,10 @@ def test_a_private_run_over_several_corpora_or_weights_is_refused(two, tmp_path)
     a, b = two
     problems = config_check.config_problems(_config(f"{a},{b}", private=True), device_count=1)
     assert any("accounting for mixing" in p for p in problems), problems
-    weighted = _config(a, private=True, weights=(2.0,))
-    assert any("accounting for mixing" in p for p in config_check.config_problems(weighted))
+    for weights in ((2.0,), (1.0,)):  # Any weights at all: (1.0,) is no exception.
+        weighted = _config(a, private=True, weights=weights)
+        problems = config_check.config_problems(weighted, device_count=1)
+        assert any("accounting for mixing" in p for p in problems), (weights, problems)
     assert not config_check.config_problems(_config(f"{a},{b}", private=False), device_count=1)
     # Refused before anything is written: the workdir is never created.
     from dpnmt.training import setup

@@ -1,5 +1,6 @@
 """The public vocabulary of named corpora: cached by content, ε 0, never the private corpus."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -11,7 +12,8 @@ import pytest
 
 from dpnmt import config_check, config_lib
 from dpnmt.data import public_vocab
-from dpnmt.training import pieces
+from dpnmt.errors import ConfigError
+from dpnmt.training import pieces, setup
 from tests.data.conftest import generated_sentences
 
 
@@ -66,10 +68,27 @@ def test_record_says_public_epsilon_zero_and_holds_no_path(tmp_path, cache):
     assert record.epsilon == 0.0 and record.delta == 0.0
     corpora_info = record.details["public_corpora"]
     assert [c["sentences"] for c in corpora_info] == [2 * 580, 2 * 580]  # Train, both sides.
-    on_disk = (cache / "vocab" / record.details["cache_key"] / "vocabulary.json").read_text()
-    assert json.loads(on_disk) == json.loads(json.dumps(record.__dict__))
-    # Names as given are recorded; the key and the files never depend on the folders' place.
-    assert str(tmp_path / "cache") not in json.dumps(record.details)
+    # Corpora are named by their folder's name, never located (the record is published).
+    assert [c["name"] for c in corpora_info] == ["files:a", "files:b"]
+    assert "files:a, files:b" in record.note
+    assert str(tmp_path) not in json.dumps(dataclasses.asdict(record))
+    # The cache holds the model and what the key hashes: no name, no path.
+    folder = cache / "vocab" / record.details["cache_key"]
+    assert sorted(os.listdir(folder)) == ["key.json", "spm.model"]
+    on_disk = (folder / "key.json").read_text()
+    assert str(tmp_path) not in on_disk and "files:" not in on_disk
+    # A later run naming the same text otherwise finds the model, with its own names.
+    copy = shutil.copytree(a, tmp_path / "elsewhere" / "copy_of_a")
+    again = public_vocab.build_public_vocabulary(_spec(copy, b))
+    assert not again.built and again.folder == built.folder
+    assert [c["name"] for c in again.record.details["public_corpora"]] == [
+        "files:copy_of_a",
+        "files:b",
+    ]
+    assert "files:copy_of_a, files:b" in again.record.note
+    assert str(tmp_path) not in json.dumps(dataclasses.asdict(again.record))
+    detok = public_vocab.PublicVocabSpec.create(f"detok:files:{a}/", "en-de", 300)
+    assert public_vocab._record_names(detok) == ["detok:files:a"]
 
 
 def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
@@ -85,6 +104,8 @@ def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
     )
     assert record.epsilon == 0.0
     assert (tmp_path / "run" / "tokenizer.model").exists()
+    for name in os.listdir(tmp_path / "run"):  # What the workdir publishes locates nothing.
+        assert str(tmp_path).encode() not in (tmp_path / "run" / name).read_bytes(), name
     cached = public_vocab.build_public_vocabulary(public_vocab.PublicVocabSpec.from_config(config))
     assert not cached.built and cached.tokenizer.fingerprint == tokenizer.fingerprint
 
@@ -109,6 +130,50 @@ def test_the_private_corpus_is_refused_as_public_however_it_is_named(tmp_path, m
         assert any("private training data" in p for p in problems), (name, problems)
     fine = _private_config(private, "files:public")
     assert not config_check.config_problems(fine, device_count=1)
+
+
+def _partial_copy(folder, private, rows):
+    """A public corpus whose train split ends with `rows` private train pairs, reversed."""
+    lines = (private / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : rows + 1]
+    with open(folder / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("".join(f"{line.upper()}\n" for line in reversed(lines)))  # Re-cased too.
+    return folder
+
+
+def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypatch):
+    """A copy under another name, or a few private pairs in a public corpus: its text decides."""
+    private = _corpus(tmp_path / "data" / "private", seed=1)
+    shutil.copytree(private, tmp_path / "data" / "copy")
+    _corpus(tmp_path / "data" / "public", seed=2)
+    _partial_copy(_corpus(tmp_path / "data" / "some", seed=3), private, rows=10)  # 1.7%
+    _partial_copy(_corpus(tmp_path / "data" / "few", seed=4), private, rows=5)  # 0.9%
+    monkeypatch.setenv("DPNMT_DATA_DIR", str(tmp_path / "data"))
+
+    def config(public):
+        config = _private_config(private, public)
+        config.train.expected_lot_size = 16
+        config.dp.noise_multiplier = 1.0  # Given σ: no calibration (fast).
+        return config
+
+    cases = [
+        ("files:copy", "'files:copy' holds 580 of the 580 distinct de sentences (100.0%)"),
+        ("detok:files:copy", "'detok:files:copy' holds 580 of the 580 distinct de"),
+        ("files:public,files:some", "'files:some' holds 10 of the 580 distinct de sentences"),
+    ]
+    for public, expected in cases:
+        assert not config_check.config_problems(config(public), device_count=1), public
+        workdir = tmp_path / "run"
+        with pytest.raises(ConfigError) as error:
+            setup.build_run(config(public), str(workdir))
+        message = str(error.value)
+        assert expected in message and "not public" in message, message
+        assert "distinct en sentences" in message and "dp_sentencepiece" in message
+        assert not workdir.exists()  # Refused before anything is written.
+    # Public text sharing no sentence, or under 1% of a side, is accepted.
+    for public in ("files:public", "files:public,files:few"):
+        workdir = tmp_path / "fine"
+        config_check.check_run(config(public), str(workdir), load_corpus=pieces.load_corpus)
+        assert not workdir.exists()
 
 
 def test_public_corpora_need_the_runs_pair(tmp_path):
@@ -143,3 +208,33 @@ def test_the_app_builds_it_ahead_and_measures_pieces_per_sentence(tmp_path, cach
     # Then a run with the same corpora finds it in the cache.
     spec = public_vocab.PublicVocabSpec.create(f"files:{a}", "de-en", 300)
     assert not public_vocab.build_public_vocabulary(spec).built
+
+
+def test_the_app_refuses_to_measure_a_dp_configs_private_train_split(tmp_path, cache):
+    """Statistics of a DP run's train split are private: the app measures validation instead."""
+    private, public = _corpus(tmp_path / "private", seed=1), _corpus(tmp_path / "public", seed=2)
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    command = [
+        sys.executable,
+        "-m",
+        "dpnmt.public_vocab",
+        f"--config={repo / 'configs' / 'multi30k.py'}:eps8",
+        f"--config.data.corpus=files:{private}",
+        f"--config.tokenizer.public_corpora=files:{public}",
+        "--config.tokenizer.vocab_size=300",
+        f"--measure=files:{private}/",  # Another spelling of the same folder.
+        "--measure_split=train",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    assert done.returncode != 0 and "private training data" in done.stderr, done.stderr[-2000:]
+    assert "--measure_split=validation" in done.stderr
+    assert not cache.exists()  # Refused before any vocabulary is built.
+    # The same corpus's train split under a non-private config is its data to measure.
+    nonprivate = config_lib.make_config("nonprivate")
+    nonprivate.data.corpus = f"files:{private}"
+    assert not config_check.measure_split_problems(nonprivate, f"files:{private}", "train")
+    dp = _private_config(private, f"files:{public}")
+    assert config_check.measure_split_problems(dp, f"files:{private}", "train")
+    assert not config_check.measure_split_problems(dp, f"files:{private}", "validation")
+    assert not config_check.measure_split_problems(dp, f"files:{public}", "train")

@@ -270,12 +270,20 @@ def test_public_vocabulary_text_that_is_the_private_corpus_is_refused(tmp_path, 
     (public / "de_side.txt").write_text(  # The de side of the TSV corpus, as lines.
         "\n".join(row[0] for row in ROWS) + "\n", encoding="utf-8"
     )
+    (public / "de_shuffled.txt").write_text(  # The same lines in another order.
+        "\n".join(row[0] for row in reversed(ROWS)) + "\n", encoding="utf-8"
+    )
     (public / "news.txt").write_text("Das ist ein öffentlicher Satz.\nA public line.\n")
+    (public / "some.txt").write_text(  # News with 5 of the 120 train sentences (4%), re-cased.
+        "A public line.\n" + "".join(f"{row[0].lower()}\n" for row in ROWS[:5]), encoding="utf-8"
+    )
     cases = [
         # A path that resolves to the corpus's own train file.
         (f"files:{corpus}", str(tmp_path / "text" / ".." / "text" / "train.de"), " is the "),
         (f"files:{corpus}", str(public / "copy.txt"), "has the same bytes as"),
         (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "de_side.txt"), "same lines as"),
+        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "de_shuffled.txt"), "same lines as"),
+        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "some.txt"), " holds 5 of the 120 "),
     ]
     for corpus_name, path, how in cases:
         config = _config(tmp_path)

@@ -10,6 +10,7 @@ the DP-SentencePiece variant is the config the README's committed tables ran.
 import importlib.util
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -88,3 +89,12 @@ def test_dp_vocab_config_is_the_committed_runs_config(cell):
     defaults = config_check.flatten(json.loads(config_lib.base_config().to_json_best_effort()))
     differ = {k for k in now.keys() | then.keys() if now.get(k) != then.get(k, defaults.get(k))}
     assert differ <= {"seed", "noise_seed"}, {k: (then.get(k), now.get(k)) for k in differ}
+
+
+def test_lengths_are_measured_on_public_splits_only():
+    """The docs never advise measuring a private train split; the config names its split."""
+    for path in [ROOT / "README.md", *CONFIGS]:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"--measure=\S+ --measure_split=train", text), path.name
+    multi30k = (ROOT / "configs" / "multi30k.py").read_text(encoding="utf-8")
+    assert "public validation split" in multi30k and "0.4% of German" not in multi30k

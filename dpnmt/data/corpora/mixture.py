@@ -158,7 +158,8 @@ def load_corpora(
     Args:
       spec: one name or several separated by commas, each optionally `detok:`.
       pair: direction, e.g. "de-en".
-      weights: one weight > 0 a corpus (empty: 1 each).
+      weights: one weight > 0 a corpus (empty: 1 each). One corpus with weight
+        1 is that corpus as read (its order and origin kept), like no weights.
       **options: loader options (data.dir, validation_size, ...) of the FIRST
         corpus; the others are loaded with their defaults.
 
@@ -174,7 +175,8 @@ def load_corpora(
     problems = check_weights(spec, weights)
     if problems:
         raise ConfigError(problems[0])
-    if len(entries) == 1 and not weights:
+    if len(entries) == 1 and all(w == 1 for w in weights):
+        # One corpus taken once is that corpus as read: its order and its origin.
         return load_one(entries[0], pair, **options)
     loaded = [load_one(entries[0], pair, **options)]
     loaded += [load_one(entry, pair) for entry in entries[1:]]
