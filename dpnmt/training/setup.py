@@ -289,8 +289,8 @@ def build_run(
             config, tokenizer, jax.random.fold_in(root, 0)
         )
         trainable, frozen = pieces.split_trainable(config, params)
-    if plan.private and plan.noise_mode == core.noise.SECURE:
-        _check_secure_noise(plan, trainable)
+        if plan.private and plan.noise_mode == core.noise.SECURE:
+            _check_secure_noise(plan, trainable)
         tx = steps.make_optimizer(config.train, plan.num_steps)
         opt_state = timer.sync(tx.init(trainable))
 
