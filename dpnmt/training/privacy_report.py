@@ -47,6 +47,8 @@ class PretrainedClaim:
       delta: its total δ, or None.
       note: one line for the report.
       record: the export's own privacy record (its results.json "privacy"), or None.
+      adjacency: the neighbouring datasets the export's ε is stated for (its
+        record's "adjacency"), or None when its record gives none.
     """
 
     dpnmt_export: bool
@@ -56,6 +58,7 @@ class PretrainedClaim:
     delta: float | None
     note: str
     record: dict[str, Any] | None = None
+    adjacency: str | None = None
 
     @property
     def composed_epsilon(self) -> float:
@@ -195,6 +198,21 @@ def adjacency(plan: privacy.PrivacyPlan) -> str:
     )
 
 
+def mixed_adjacency_note(export: str | None, run: str) -> str:
+    """The composition's note when the export's ε is for other neighbouring datasets than the run's.
+
+    Each ε holds for its own relation; their sum holds for one example changed
+    in both datasets, each time under that ε's relation (README "Which ε is
+    reported"), and for neither relation alone.
+    """
+    return (
+        "; the two ε are for different neighbouring datasets: the export's for "
+        f"{export or 'a relation its record does not state'}, this run's for {run}. The total "
+        "bounds one example changed in both, each under its own relation (e.g. removed from "
+        "one dataset and replaced by a null example in the other), not either relation alone"
+    )
+
+
 def vocabulary_epsilon(vocabulary) -> float:
     """The vocabulary's ε (0 when it spent none; the larger of its two bounds when DP)."""
     epsilon = vocabulary.epsilon or 0.0
@@ -274,6 +292,8 @@ def privacy_report(
                 "basic composition (ε and δ add) of DP-SGD, the vocabulary and the pretrained "
                 "export's own total (its training data may overlap this run's)"
             )
+            if pretrained.adjacency != adjacency(plan):
+                composition += mixed_adjacency_note(pretrained.adjacency, adjacency(plan))
     return PrivacyReport(
         private=plan.private,
         bound=plan.bound,
