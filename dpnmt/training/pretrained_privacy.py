@@ -13,6 +13,7 @@ folder) carry no record: their own training data are outside the report.
 """
 
 import json
+import logging
 import math
 from typing import Any
 
@@ -20,6 +21,7 @@ import ml_collections
 
 from dpnmt.errors import ConfigError
 from dpnmt.training.privacy_report import PretrainedClaim
+from dpnmt.training.run_dir import PRETRAINED_FILE, RunDir
 
 SETTINGS_FILE = "dpnmt.json"  # Written by dpnmt.release.export_run.
 PRIVACY_KEY = "privacy"  # Its key holding the exported run's privacy report.
@@ -223,3 +225,51 @@ def pretrained_claim(
     if problem and refuse:
         raise ConfigError(problem)
     return claim
+
+
+def claim_at_start(
+    config: ml_collections.ConfigDict, run_dir: RunDir, *, resuming: bool
+) -> PretrainedClaim | None:
+    """The claim a session trains under: the one recorded when the run started, when resuming.
+
+    A fresh run (no checkpoint) reads the starting model's record now
+    (`pretrained_claim`, refusing as `config_check` does); the caller records
+    it (`RunDir.write_pretrained`). A resumed run keeps the recorded claim: the
+    base model's folder or hub repo may have changed since. A resumed run from
+    before the record was written reads it now, and says so.
+    """
+    if config.model.name_or_path is not None and resuming:
+        recorded = run_dir.read_pretrained()
+        if recorded is not None:
+            return PretrainedClaim.from_json(recorded)
+        _warn_unrecorded(run_dir.path, config)
+    return pretrained_claim(config)
+
+
+def recorded_claim(config: ml_collections.ConfigDict, workdir: str) -> PretrainedClaim | None:
+    """The claim a trained run recorded when it started (decode, a checkpoint-only export).
+
+    Never the base model's record read again: replaced since, it would change
+    the published ε (even lower it). A workdir from before the record was
+    written falls back to reading it now (`pretrained_claim(refuse=False)`),
+    with a warning.
+    """
+    if config.model.name_or_path is None:
+        return None
+    recorded = RunDir(workdir).read_pretrained()
+    if recorded is not None:
+        return PretrainedClaim.from_json(recorded)
+    _warn_unrecorded(workdir, config)
+    return pretrained_claim(config, refuse=False)
+
+
+def _warn_unrecorded(workdir: str, config: ml_collections.ConfigDict) -> None:
+    logging.warning(
+        "%s has no %s (a run from before dpnmt recorded the starting model's privacy claim): "
+        "reading model.name_or_path=%r's %s now. If that model changed since the run started, "
+        "the reported ε is not the one the run trained under.",
+        workdir,
+        PRETRAINED_FILE,
+        config.model.name_or_path,
+        SETTINGS_FILE,
+    )

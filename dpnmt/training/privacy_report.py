@@ -60,6 +60,19 @@ class PretrainedClaim:
     record: dict[str, Any] | None = None
     adjacency: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object (results.json's "privacy"/"pretrained", pretrained.json)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PretrainedClaim":
+        """Reads `to_json`'s object back (inf stored as "inf")."""
+        values = dict(data)
+        for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
+            if isinstance(values.get(key), str):
+                values[key] = float(values[key])
+        return cls(**values)
+
     @property
     def composed_epsilon(self) -> float:
         """ε it adds to this run's total (0 when not composed)."""
@@ -160,8 +173,10 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key in ("vocabulary", "pretrained"):
+            if key == "vocabulary":
                 value = dataclasses.asdict(value)
+            elif key == "pretrained":
+                value = value.to_json()
             elif key == "assumed_public":
                 value = list(value)
             out[key] = value
@@ -174,11 +189,7 @@ class PrivacyReport:
         values = {k: v for k, v in data.items() if k in fields}
         values["vocabulary"] = VocabularyClaim(**data["vocabulary"])
         if data.get("pretrained") is not None:
-            pretrained = dict(data["pretrained"])
-            for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
-                if isinstance(pretrained.get(key), str):
-                    pretrained[key] = float(pretrained[key])
-            values["pretrained"] = PretrainedClaim(**pretrained)
+            values["pretrained"] = PretrainedClaim.from_json(data["pretrained"])
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):

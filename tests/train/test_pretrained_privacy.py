@@ -91,8 +91,19 @@ def _stop_before_tokenizing(monkeypatch):
 
 
 def test_a_private_export_is_composed_into_the_run_total(model_folder, tmp_path):
-    config = _config(tmp_path, _export(model_folder, tmp_path, _record()))
+    export_folder = _export(model_folder, tmp_path, _record())
+    config = _config(tmp_path, export_folder)
     run = setup.build_run(config, str(tmp_path / "run"))
+    # Recorded at start-up (published): a resumed run keeps it, whatever the base becomes.
+    recorded = json.loads((tmp_path / "run" / "pretrained.json").read_text())
+    assert recorded == json.loads(json.dumps(run.pretrained.to_json()))
+    (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(epsilon=0.1)}))
+    from dpnmt.training import pretrained_privacy, run_dir  # noqa: PLC0415
+
+    resumed = pretrained_privacy.claim_at_start(
+        config, run_dir.RunDir(str(tmp_path / "run")), resuming=True
+    )
+    assert resumed == run.pretrained and resumed.epsilon == EXPORT_EPSILON
     assert run.pretrained.dpnmt_export and run.pretrained.composed
     assert not run.pretrained.declared_disjoint
     # Its vocabulary is the export's: not "no private data used", and not counted twice.
