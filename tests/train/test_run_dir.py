@@ -37,3 +37,32 @@ def test_results_privacy_report_is_strict_json_for_a_nonprivate_run(tmp_path):
 
     json.loads(text, parse_constant=reject)
     assert math.isinf(plan.epsilon_after(plan.num_steps))
+
+
+def test_declaring_pretrained_data_disjoint_is_refused_once_the_run_has_started(tmp_path):
+    """`model.pretrained_data_disjoint` was not binding: a run planned with the export's ε
+    composed resumed with the declaration set and reported a smaller ε."""
+    import pytest  # noqa: PLC0415
+
+    from dpnmt.errors import ConfigError  # noqa: PLC0415
+
+    config = config_lib.make_config("eps8")
+    config.model.name_or_path = "someone/dp-export"
+    workdir = run_dir.RunDir(str(tmp_path / "run"))
+    workdir.bind_config(config)
+    config.model.pretrained_data_disjoint = True  # Before any checkpoint: a corrected config.
+    workdir.bind_config(config)
+    config.model.pretrained_data_disjoint = False
+    workdir.bind_config(config)
+    (tmp_path / "run" / run_dir.CHECKPOINT_DIR / "2").mkdir(parents=True)  # Started.
+    config.model.pretrained_data_disjoint = True
+    with pytest.raises(ConfigError, match=r"model\.pretrained_data_disjoint: run False, now True"):
+        workdir.bind_config(config)
+    # A run from before the field existed resumes with it at its default, not set.
+    published = json.loads((tmp_path / "run" / run_dir.CONFIG_FILE).read_text())
+    del published["model"]["pretrained_data_disjoint"]
+    (tmp_path / "run" / run_dir.CONFIG_FILE).write_text(json.dumps(published))
+    with pytest.raises(ConfigError, match=r"pretrained_data_disjoint: run '\(absent\)', now True"):
+        workdir.bind_config(config)
+    config.model.pretrained_data_disjoint = False
+    workdir.bind_config(config)
