@@ -26,6 +26,10 @@ CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+# One event file a session, numbered: tensorboardX's own name holds the session's
+# start second and the hostname. TensorBoard reads any name holding "tfevents",
+# in name order (older workdirs' files, named by time, sort first).
+TENSORBOARD_FILE_PREFIX = "events.out.tfevents.session-"
 TOKENIZER_FILE = "tokenizer.model"
 VOCABULARY_RECORD_FILE = "vocabulary.json"
 # The starting model's `PretrainedClaim` as the run started: decode and export
@@ -140,6 +144,19 @@ class RunDir:
     def write_results(self, results: dict) -> None:
         """Writes results.json (strict JSON)."""
         write_json(self.results_path, results)
+
+    def new_tensorboard_file(self) -> str:
+        """The path of this session's TensorBoard event file (the next number; folder made)."""
+        folder = self.file(TENSORBOARD_DIR)
+        os.makedirs(folder, exist_ok=True)
+        numbers = [
+            int(name[len(TENSORBOARD_FILE_PREFIX) :])
+            for name in os.listdir(folder)
+            if name.startswith(TENSORBOARD_FILE_PREFIX)
+            and name[len(TENSORBOARD_FILE_PREFIX) :].isdigit()
+        ]
+        number = max(numbers, default=0) + 1
+        return os.path.join(folder, f"{TENSORBOARD_FILE_PREFIX}{number:04d}")
 
     def write_pretrained(self, claim: dict) -> None:
         """Writes `pretrained.json`: the starting model's claim (`PretrainedClaim`'s JSON)."""
