@@ -55,9 +55,11 @@ def find_file(name_or_path: str, filename: str) -> str | None:
       filename: a file name inside it, e.g. "dpnmt.json".
 
     Raises:
+      ValueError: `name_or_path` is neither a local folder nor a valid hub id
+        (no model can be loaded from it).
       OSError: whether the model has the file cannot be known: a hub id whose
         file is neither in the local cache (nor recorded there as absent) nor
-        reachable (offline, no network, a private or unknown repo, a bad id).
+        reachable (offline, no network, a private or unknown repo).
     """
     folder = os.path.expanduser(name_or_path)
     if os.path.isdir(folder):
@@ -65,16 +67,15 @@ def find_file(name_or_path: str, filename: str) -> str | None:
         return path if os.path.isfile(path) else None
     import huggingface_hub  # noqa: PLC0415 - only hub ids need it.
     from huggingface_hub.errors import RemoteEntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub.utils import validate_repo_id  # noqa: PLC0415
 
+    validate_repo_id(name_or_path)  # ValueError when not a hub id.
     try:  # Offline (HF_HUB_OFFLINE), this reads the local cache only.
         return huggingface_hub.hf_hub_download(name_or_path, filename)
     except RemoteEntryNotFoundError:
         return None  # The hub answered: the repo has no such file.
-    except (OSError, ValueError) as error:  # Unreachable, unknown repo, invalid id.
-        try:
-            cached = huggingface_hub.try_to_load_from_cache(name_or_path, filename)
-        except ValueError:
-            cached = None
+    except OSError as error:  # Offline and not cached, unreachable, unknown repo.
+        cached = huggingface_hub.try_to_load_from_cache(name_or_path, filename)
         if cached is huggingface_hub._CACHED_NO_EXIST:  # A past download found none.
             return None
         raise OSError(

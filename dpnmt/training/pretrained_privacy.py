@@ -57,6 +57,8 @@ def read_export_record(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
         path = find_file(name_or_path, SETTINGS_FILE)
     except OSError as error:
         raise RecordUnreadable(str(error)) from error
+    except ValueError:  # Neither a folder nor a hub id: no model loads from it (named there).
+        return False, None
     if path is None:
         return False, None
     try:
