@@ -81,16 +81,16 @@ VOCABULARY_FIELDS = (
 )
 # Fields a resumed run may change: they change how, not what, it trains (the
 # examples, N, lots and noise are the same).
-# The declarations (`model.pretrained_data_disjoint`, `dp.allow_large_delta`)
-# change what is claimed or accepted, not what trains: a run made before them
-# resumes with them set.
+# `dp.allow_large_delta` changes what is accepted, not what trains or is claimed.
+# `model.pretrained_data_disjoint` changes the claimed ε (the export's is not
+# composed): it binds once the run has started, like the fields that change what
+# trains (a run from before it resumes with it at its default, False).
 NOT_BINDING_FIELDS = frozenset(
     {
         "data.tokenize_train",
         "data.length_buckets",
         "train.profile",
         "train.compilation_cache",
-        "model.pretrained_data_disjoint",
         "dp.allow_large_delta",
     }
 )

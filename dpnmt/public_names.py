@@ -7,6 +7,8 @@ out; a published file carries only the path's last component
 
 import os
 
+from dpnmt.errors import ConfigError
+
 
 def public_name(path_or_id: str) -> str:
     """The last component of a local path (absolute, `~`, `.`, or existing); else unchanged.
@@ -22,7 +24,31 @@ def public_name(path_or_id: str) -> str:
     return text
 
 
+def _public_entry(registry_name: str) -> str:
+    kind, sep, argument = registry_name.partition(":")
+    return f"{kind}{sep}{public_name(argument)}" if sep and argument else registry_name
+
+
 def public_corpus(spec: str) -> str:
-    """A corpus spec with its path argument named (`files:<folder>` -> `files:<name>`)."""
-    kind, sep, argument = str(spec).partition(":")
-    return f"{kind}{sep}{public_name(argument)}" if sep and argument else str(spec)
+    """A corpus list with each entry's path argument named.
+
+    `"files:/a,detok:files:/home/me/b"` -> `"files:a,detok:files:b"`: each entry
+    of `data.corpus` (`corpora.mixture.parse_corpus_names`) becomes
+    `[detok:]kind:public_name(argument)`. A list the registry does not parse (a
+    card of a run from another version) is named entry by entry the same way.
+    """
+    from dpnmt.data.corpora import mixture  # noqa: PLC0415 - datasets only when named.
+
+    try:
+        entries = [
+            (entry.detokenize, entry.registry_name)
+            for entry in mixture.parse_corpus_names(str(spec))
+        ]
+    except ConfigError:
+        parts = [part.strip() for part in str(spec).split(",")]
+        entries = [
+            (part.startswith(mixture.DETOK_PREFIX), part.removeprefix(mixture.DETOK_PREFIX))
+            for part in parts
+        ]
+    prefix = {True: mixture.DETOK_PREFIX, False: ""}
+    return ",".join(prefix[detok] + _public_entry(name) for detok, name in entries)

@@ -167,7 +167,7 @@ def export_run(workdir: str, out_dir: str) -> str:
             steps_done,
             vocabulary,
             validation_is_private=carved,
-            pretrained=pretrained_privacy.pretrained_claim(config, refuse=False),
+            pretrained=pretrained_privacy.recorded_claim(config, workdir),
         ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)

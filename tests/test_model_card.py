@@ -72,3 +72,22 @@ def test_card_names_corpus_and_base_model_without_paths_and_resolves_the_vocabul
     hub["model"] = {"name_or_path": "google/mt5-small"}
     card = model_card.render(hub, PRIVACY, None, steps_done=3)
     assert "- corpus: wmt16," in card and "Base model: google/mt5-small." in card
+
+
+@pytest.mark.parametrize(
+    ("corpus", "expected"),
+    [
+        ("detok:files:/home/me/x", "detok:files:x"),
+        ("files:/a,files:/b", "files:a,files:b"),
+        ("files:/data/tatoeba_de_en, detok:wmt16", "files:tatoeba_de_en,detok:wmt16"),
+        ("hub:org/set,detok:hub:./local/set", "hub:org/set,detok:hub:set"),
+        ("detok:nosuch:/home/me/y,files:~/z", "detok:nosuch:y,files:z"),  # Unknown: named too.
+    ],
+)
+def test_card_names_each_corpus_of_a_list_and_detok_corpora_without_paths(corpus, expected):
+    """`public_corpus` split "kind:arg" once: `detok:files:/home/me/x` kept its absolute
+    path, and `files:/a,files:/b` became `files:b` (one corpus vanished from the card)."""
+    config = {"data": {"pair": "de-en", "corpus": corpus}, "model": {}}
+    card = model_card.render(config, PRIVACY, None, steps_done=3)
+    assert f"- corpus: {expected}, direction de-en" in card
+    assert "/home/me" not in card and "~" not in card

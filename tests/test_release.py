@@ -178,3 +178,52 @@ def test_a_checkpoint_only_export_says_when_validation_is_private(run, tmp_path)
     assert pieces.validation_is_carved_from_train(pieces.load_corpus(small_config("eps8")))
     line = next(x for x in card.splitlines() if "validation carved from the private" in x)
     assert "True" in line, line
+
+
+def test_decode_and_export_report_the_pretrained_claim_recorded_at_start(run, tmp_path, caplog):
+    """Decode and a checkpoint-only export read the base model's dpnmt.json again at report
+    time: a base folder replaced after training changed (here lowered) the published ε."""
+    from dpnmt.evaluation import decode  # noqa: PLC0415
+
+    _, exported, _ = run
+    base = tmp_path / "base"
+    shutil.copytree(exported, base)
+    settings_path = base / release.SETTINGS_FILE
+
+    def set_record(epsilon):
+        settings = json.loads(settings_path.read_text())
+        settings["privacy"] = {
+            "private": True,
+            "adjacency": "add/remove one training example (Poisson-sampled Gaussian)",
+            "total_epsilon": epsilon,
+            "total_delta": 1e-9,
+        }
+        settings_path.write_text(json.dumps(settings))
+
+    set_record(3.0)
+    config = small_config("eps8")
+    config.data.max_train_examples = 96
+    config.data.max_eval_examples = config.data.max_test_examples = 4
+    config.model.update(d_model=32, d_ff=64, d_kv=8, feed_forward_proj="gated-gelu")
+    config.model.name_or_path, config.model.family = str(base), "none"
+    config.tokenizer.kind = "auto"
+    config.eval.max_new_tokens = MAX_NEW
+    workdir = tmp_path / "second"
+    loop.train_and_evaluate(config, str(workdir))
+    assert json.loads((workdir / "pretrained.json").read_text())["epsilon"] == 3.0
+    (workdir / "results.json").unlink()  # Checkpoint only: the report is made again.
+    set_record(0.1)  # The base folder replaced after training.
+
+    def reported():
+        out = tmp_path / f"model{len(os.listdir(tmp_path))}"
+        release.export_run(str(workdir), str(out))
+        exported = json.loads((out / release.SETTINGS_FILE).read_text())["privacy"]
+        run_config = decode.load_run_config(str(workdir))
+        decoded = decode.decode_and_score(run_config, str(workdir), split="test", max_examples=1)
+        return exported["pretrained"]["epsilon"], decoded["privacy"]["pretrained"]["epsilon"]
+
+    assert reported() == (3.0, 3.0)
+    (workdir / "pretrained.json").unlink()  # A run from before the record: read now, said.
+    with caplog.at_level("WARNING"):
+        assert reported() == (0.1, 0.1)
+    assert "has no pretrained.json" in caplog.text

@@ -108,7 +108,7 @@ def decode_and_score(
             steps_done,
             vocabulary,
             validation_is_private=pieces.validation_is_carved_from_train(corpus),
-            pretrained=pretrained_privacy.pretrained_claim(config, refuse=False),
+            pretrained=pretrained_privacy.recorded_claim(config, workdir),
         ).to_json()
     evaluator = evaluator_lib.Evaluator(
         config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()

@@ -43,6 +43,47 @@ def _resolve(name_or_path: str, filename: str) -> str | None:
     )
 
 
+def find_file(name_or_path: str, filename: str) -> str | None:
+    """Local path of `filename` in a model folder or hub repo; None when the model has none.
+
+    The same places `load_pretrained` reads (a folder, else the hub through its
+    local cache), but telling "the model has no such file" from "it cannot be
+    known": `_resolve` (transformers' `cached_file`) answers None to both.
+
+    Args:
+      name_or_path: a local folder (`~` expanded) or a hub id.
+      filename: a file name inside it, e.g. "dpnmt.json".
+
+    Raises:
+      ValueError: `name_or_path` is neither a local folder nor a valid hub id
+        (no model can be loaded from it).
+      OSError: whether the model has the file cannot be known: a hub id whose
+        file is neither in the local cache (nor recorded there as absent) nor
+        reachable (offline, no network, a private or unknown repo).
+    """
+    folder = os.path.expanduser(name_or_path)
+    if os.path.isdir(folder):
+        path = os.path.join(folder, filename)
+        return path if os.path.isfile(path) else None
+    import huggingface_hub  # noqa: PLC0415 - only hub ids need it.
+    from huggingface_hub.errors import RemoteEntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub.utils import validate_repo_id  # noqa: PLC0415
+
+    validate_repo_id(name_or_path)  # ValueError when not a hub id.
+    try:  # Offline (HF_HUB_OFFLINE), this reads the local cache only.
+        return huggingface_hub.hf_hub_download(name_or_path, filename)
+    except RemoteEntryNotFoundError:
+        return None  # The hub answered: the repo has no such file.
+    except OSError as error:  # Offline and not cached, unreachable, unknown repo.
+        cached = huggingface_hub.try_to_load_from_cache(name_or_path, filename)
+        if cached is huggingface_hub._CACHED_NO_EXIST:  # A past download found none.
+            return None
+        raise OSError(
+            f"{name_or_path!r} is not a local folder and its {filename} could not be read "
+            f"from the Hugging Face hub or its local cache ({type(error).__name__}: {error})"
+        ) from error
+
+
 def _read_weights(path: str, kind: str) -> dict[str, Any]:
     if kind == "safetensors":
         from safetensors.torch import load_file

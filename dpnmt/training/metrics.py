@@ -11,7 +11,7 @@ import math
 import os
 import time
 
-from dpnmt.training.run_dir import METRICS_FILE, TENSORBOARD_DIR
+from dpnmt.training.run_dir import METRICS_FILE, RunDir
 
 MIN_RATE_WINDOW_LOTS = 50
 
@@ -82,25 +82,47 @@ def log_progress(
 
 
 class MetricsWriter:
-    """Scalars to `workdir/metrics.jsonl` and TensorBoard event files in `workdir/tensorboard`."""
+    """Scalars to `workdir/metrics.jsonl` and a TensorBoard event file in `workdir/tensorboard`.
+
+    The event file is written here (tensorboardX's record writer and protos),
+    not by tensorboardX's `SummaryWriter`, which names its file by the
+    session's start second and the machine's hostname and stamps its first
+    event with the exact start time: published, both identify and time the
+    session. Each session writes its own numbered file
+    (`RunDir.new_tensorboard_file`); every event carries one wall time.
+    """
 
     def __init__(self, workdir: str):
-        from tensorboardX import SummaryWriter  # Deferred: only the app writes events.
+        # Deferred: only the app writes events.
+        from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
+        from tensorboardX.proto.summary_pb2 import Summary  # noqa: PLC0415
+        from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
 
+        self._event, self._summary = Event, Summary
         self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a")  # noqa: SIM115
-        self._tensorboard = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIR))
+        self._tensorboard = RecordWriter(RunDir(workdir).new_tensorboard_file())
         # One wall time for every event: per-event times would time the lots
         # between two log steps (see `RateWindow`).
         self._walltime = float(int(time.time()))
+        self._write_event(Event(wall_time=self._walltime, file_version="brain.Event:2"))
+
+    def _write_event(self, event) -> None:
+        self._tensorboard.write(event.SerializeToString())
+        self._tensorboard.flush()
 
     def write(self, step: int, scalars: dict) -> None:
-        """Appends one JSON line and one TensorBoard scalar per numeric value."""
+        """Appends one JSON line and one TensorBoard event (its finite scalars)."""
         numeric = {k: float(v) for k, v in scalars.items() if isinstance(v, (int, float))}
         self._jsonl.write(json.dumps({"step": step, **numeric}) + "\n")
         self._jsonl.flush()
-        for name, value in numeric.items():
-            if math.isfinite(value):
-                self._tensorboard.add_scalar(name, value, step, walltime=self._walltime)
+        values = [
+            self._summary.Value(tag=name, simple_value=value)
+            for name, value in numeric.items()
+            if math.isfinite(value)
+        ]
+        if values:
+            summary = self._summary(value=values)
+            self._write_event(self._event(wall_time=self._walltime, step=step, summary=summary))
 
     def close(self) -> None:
         """Flushes and closes both outputs."""

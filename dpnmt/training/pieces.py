@@ -90,7 +90,14 @@ def _export_vocabulary(
     name_or_path: str, record: tokenizers.VocabularyRecord
 ) -> tokenizers.VocabularyRecord:
     """A dpnmt export's vocabulary is its run's: say so, and where its ε is accounted."""
-    is_export, export_record = pretrained_privacy.read_export_record(name_or_path)
+    try:
+        is_export, export_record = pretrained_privacy.read_export_record(name_or_path)
+    except pretrained_privacy.RecordUnreadable:  # Private runs: refused unless declared disjoint.
+        return dataclasses.replace(
+            record,
+            note=f"{record.note}; whether it is a dpnmt export's vocabulary (then the export's, "
+            "accounted under 'pretrained') is unknown: its dpnmt.json could not be read",
+        )
     if not is_export:
         return record
     kind = ((export_record or {}).get("vocabulary") or {}).get("kind", "unknown")

@@ -13,22 +13,21 @@ folder) carry no record: their own training data are outside the report.
 """
 
 import json
+import logging
 import math
-import os
 from typing import Any
 
 import ml_collections
 
 from dpnmt.errors import ConfigError
 from dpnmt.training.privacy_report import PretrainedClaim
+from dpnmt.training.run_dir import PRETRAINED_FILE, RunDir
 
 SETTINGS_FILE = "dpnmt.json"  # Written by dpnmt.release.export_run.
 PRIVACY_KEY = "privacy"  # Its key holding the exported run's privacy report.
 DISJOINT_FIELD = "model.pretrained_data_disjoint"
-DISJOINT_NOTE = (
-    f"pretrained on data declared disjoint from this run's ({DISJOINT_FIELD}=True): its ε is "
-    "not composed; its own record is kept here"
-)
+_DECLARED = f"pretrained on data declared disjoint from this run's ({DISJOINT_FIELD}=True)"
+DISJOINT_NOTE = f"{_DECLARED}: its ε is not composed; its own record is kept here"
 
 _UNBOUNDED = (
     "a dpnmt export without a finite privacy guarantee (or record) on its own training data, "
@@ -36,14 +35,31 @@ _UNBOUNDED = (
 )
 
 
-def read_export_record(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
-    """(whether `name_or_path` is a local dpnmt export, its privacy record or None).
+class RecordUnreadable(OSError):
+    """Whether the starting model is a dpnmt export cannot be known (its dpnmt.json unreadable)."""
 
-    A folder with `dpnmt.json` is a dpnmt export; its record is None when the
-    file holds none (exported before dpnmt wrote it) or cannot be read.
+
+def read_export_record(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
+    """(whether `name_or_path` is a dpnmt export, its privacy record or None).
+
+    `name_or_path` is found as the model is loaded: a local folder, else a hub
+    id through the local cache or the hub (`models.pretrained.find_file`). A
+    model with `dpnmt.json` is a dpnmt export; its record is None when the file
+    holds none (exported before dpnmt wrote it) or cannot be parsed.
+
+    Raises:
+      RecordUnreadable: whether the model has a `dpnmt.json` cannot be known (a
+        hub id neither cached nor reachable); never read as "not an export".
     """
-    path = os.path.join(os.path.expanduser(name_or_path), SETTINGS_FILE)
-    if not os.path.isfile(path):
+    from dpnmt.models.pretrained import find_file  # noqa: PLC0415 - flax only when needed.
+
+    try:
+        path = find_file(name_or_path, SETTINGS_FILE)
+    except OSError as error:
+        raise RecordUnreadable(str(error)) from error
+    except ValueError:  # Neither a folder nor a hub id: no model loads from it (named there).
+        return False, None
+    if path is None:
         return False, None
     try:
         with open(path, encoding="utf-8") as f:
@@ -61,15 +77,43 @@ def _number(value: Any) -> float | None:
         return None
 
 
+def _epsilon_delta(record: dict[str, Any]) -> tuple[Any, Any]:
+    """The record's total ε and δ as written (δ: DP-SGD's when it has no total)."""
+    delta = record["total_delta"] if "total_delta" in record else record.get("dp_sgd_delta")
+    return record.get("total_epsilon"), delta
+
+
+def _defect(record: dict[str, Any]) -> str | None:
+    """Why `record` gives no finite (ε, δ) (a few words), or None when it gives one."""
+    if record.get("private") is not True:
+        return "it was trained without DP"
+    epsilon_text, delta_text = _epsilon_delta(record)
+    epsilon, delta = _number(epsilon_text), _number(delta_text)
+    # A corrupted record must not lower the total: only ε >= 0 and 0 <= δ < 1 count.
+    if epsilon is None or math.isnan(epsilon) or epsilon < 0:
+        return f"its record's total_epsilon={epsilon_text!r} is not a number >= 0"
+    if delta is None or math.isnan(delta) or not 0 <= delta < 1:
+        return f"its record's total_delta={delta_text!r} is not a number in [0, 1)"
+    if math.isinf(epsilon):
+        return f"its total ε is ∞: {record.get('composition', 'no guarantee')}"
+    return None
+
+
 def claimed_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
-    """(ε, δ) an export claims on its own training data; ε = inf without a guarantee."""
-    epsilon = _number(record.get("total_epsilon"))
-    delta = _number(record.get("total_delta"))
-    if delta is None:
-        delta = _number(record.get("dp_sgd_delta"))
-    if record.get("private") is not True or epsilon is None or math.isnan(epsilon):
-        epsilon = math.inf
-    return epsilon, delta
+    """(ε, δ) an export claims on its own training data; (inf, None) without a finite guarantee.
+
+    No finite guarantee: a non-private run, ε = ∞, or a record out of range
+    (ε < 0 or NaN, δ missing, NaN or outside [0, 1)).
+    """
+    if _defect(record) is not None:
+        return math.inf, None
+    epsilon, delta = _epsilon_delta(record)
+    return float(epsilon), float(delta)
+
+
+def _adjacency(record: dict[str, Any] | None) -> str | None:
+    value = (record or {}).get("adjacency")
+    return value if isinstance(value, str) else None
 
 
 def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, str | None]:
@@ -86,7 +130,10 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
                 "from this run's, but model.name_or_path is unset; drop the declaration."
             )
         return None, None
-    is_export, record = read_export_record(name)
+    try:
+        is_export, record = read_export_record(name)
+    except RecordUnreadable as error:
+        return _unreadable(name, declared, config.dp.enabled, error)
     if not is_export:
         note = (
             f"not a dpnmt export (no {SETTINGS_FILE} privacy record): its own training data "
@@ -94,11 +141,17 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
         )
         return PretrainedClaim(False, False, declared, None, None, note), None
     epsilon, delta = (math.inf, None) if record is None else claimed_by_export(record)
+
+    def claim(composed: bool, epsilon: float, delta: float | None, note: str) -> PretrainedClaim:
+        return PretrainedClaim(
+            True, composed, declared, epsilon, delta, note, record, _adjacency(record)
+        )
+
     if declared:
-        return PretrainedClaim(True, False, True, epsilon, delta, DISJOINT_NOTE, record), None
+        return claim(False, epsilon, delta, DISJOINT_NOTE), None
     if not config.dp.enabled:
         note = "non-private run (ε = ∞): the export's ε is not composed"
-        return PretrainedClaim(True, False, False, epsilon, delta, note, record), None
+        return claim(False, epsilon, delta, note), None
     fix = (
         f"If its training data share no example with this run's (e.g. public text), set "
         f"{DISJOINT_FIELD}=True (the report then says so)"
@@ -109,24 +162,46 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
             f"{SETTINGS_FILE} (exported before dpnmt wrote one): its ε cannot be composed with "
             f"this run's. Export its run again (python -m dpnmt.export), or: {fix}."
         )
-        return PretrainedClaim(True, True, False, math.inf, None, _UNBOUNDED, None), problem
-    if math.isinf(epsilon):
-        why = (
-            "it was trained without DP"
-            if record.get("private") is not True
-            else f"its total ε is ∞: {record.get('composition', 'no guarantee')}"
-        )
+        return claim(True, math.inf, None, _UNBOUNDED), problem
+    why = _defect(record)
+    if why is not None:
         problem = (
             f"model.name_or_path={name!r} has no privacy guarantee on its own training data "
             f"({why}), and they may include this run's examples: the composed ε would be ∞. "
             f"{fix}; else start from another model."
         )
-        return PretrainedClaim(True, True, False, math.inf, delta, _UNBOUNDED, record), problem
+        return claim(True, math.inf, None, _UNBOUNDED), problem
     note = (
         "the export's own total (ε, δ) composed with this run's: its training data may overlap "
         f"this run's (set {DISJOINT_FIELD}=True if they share no example)"
     )
-    return PretrainedClaim(True, True, False, epsilon, delta, note, record), None
+    return claim(True, epsilon, delta, note), None
+
+
+def _unreadable(
+    name: str, declared: bool, private: bool, error: Exception
+) -> tuple[PretrainedClaim, str | None]:
+    """The claim (and a private run's problem) when the model's dpnmt.json cannot be read.
+
+    Unknown is never "not an export": an export trained on private data would
+    then go uncounted. Its note is published: no error text (it may hold paths).
+    """
+    unknown = f"its {SETTINGS_FILE} could not be read (hub unreachable, not cached)"
+    if declared:
+        note = f"{_DECLARED}: its ε is not composed; {unknown}, so no record is kept"
+        return PretrainedClaim(False, False, True, None, None, note), None
+    if not private:
+        note = f"non-private run (ε = ∞); whether it is a dpnmt export is unknown: {unknown}"
+        return PretrainedClaim(False, False, False, None, None, note), None
+    problem = (
+        f"model.name_or_path={name!r}: cannot read the model's {SETTINGS_FILE} to know whether "
+        "it was trained on private data (a dpnmt export's own ε composes with this run's). "
+        f"Set {DISJOINT_FIELD}=True if its training data share no example with this run's, "
+        "or make it reachable (network access to the hub, its files in the Hugging Face "
+        f"cache, or its local folder). {error}"
+    )
+    note = f"{unknown}: the model may be a dpnmt export with no finite ε on overlapping data"
+    return PretrainedClaim(False, True, False, math.inf, None, note), problem
 
 
 def pretrained_problems(config: ml_collections.ConfigDict) -> list[str]:
@@ -152,3 +227,51 @@ def pretrained_claim(
     if problem and refuse:
         raise ConfigError(problem)
     return claim
+
+
+def claim_at_start(
+    config: ml_collections.ConfigDict, run_dir: RunDir, *, resuming: bool
+) -> PretrainedClaim | None:
+    """The claim a session trains under: the one recorded when the run started, when resuming.
+
+    A fresh run (no checkpoint) reads the starting model's record now
+    (`pretrained_claim`, refusing as `config_check` does); the caller records
+    it (`RunDir.write_pretrained`). A resumed run keeps the recorded claim: the
+    base model's folder or hub repo may have changed since. A resumed run from
+    before the record was written reads it now, and says so.
+    """
+    if config.model.name_or_path is not None and resuming:
+        recorded = run_dir.read_pretrained()
+        if recorded is not None:
+            return PretrainedClaim.from_json(recorded)
+        _warn_unrecorded(run_dir.path, config)
+    return pretrained_claim(config)
+
+
+def recorded_claim(config: ml_collections.ConfigDict, workdir: str) -> PretrainedClaim | None:
+    """The claim a trained run recorded when it started (decode, a checkpoint-only export).
+
+    Never the base model's record read again: replaced since, it would change
+    the published ε (even lower it). A workdir from before the record was
+    written falls back to reading it now (`pretrained_claim(refuse=False)`),
+    with a warning.
+    """
+    if config.model.name_or_path is None:
+        return None
+    recorded = RunDir(workdir).read_pretrained()
+    if recorded is not None:
+        return PretrainedClaim.from_json(recorded)
+    _warn_unrecorded(workdir, config)
+    return pretrained_claim(config, refuse=False)
+
+
+def _warn_unrecorded(workdir: str, config: ml_collections.ConfigDict) -> None:
+    logging.warning(
+        "%s has no %s (a run from before dpnmt recorded the starting model's privacy claim): "
+        "reading model.name_or_path=%r's %s now. If that model changed since the run started, "
+        "the reported ε is not the one the run trained under.",
+        workdir,
+        PRETRAINED_FILE,
+        config.model.name_or_path,
+        SETTINGS_FILE,
+    )

@@ -47,6 +47,8 @@ class PretrainedClaim:
       delta: its total δ, or None.
       note: one line for the report.
       record: the export's own privacy record (its results.json "privacy"), or None.
+      adjacency: the neighbouring datasets the export's ε is stated for (its
+        record's "adjacency"), or None when its record gives none.
     """
 
     dpnmt_export: bool
@@ -56,6 +58,20 @@ class PretrainedClaim:
     delta: float | None
     note: str
     record: dict[str, Any] | None = None
+    adjacency: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object (results.json's "privacy"/"pretrained", pretrained.json)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PretrainedClaim":
+        """Reads `to_json`'s object back (inf stored as "inf")."""
+        values = dict(data)
+        for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
+            if isinstance(values.get(key), str):
+                values[key] = float(values[key])
+        return cls(**values)
 
     @property
     def composed_epsilon(self) -> float:
@@ -157,8 +173,10 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key in ("vocabulary", "pretrained"):
+            if key == "vocabulary":
                 value = dataclasses.asdict(value)
+            elif key == "pretrained":
+                value = value.to_json()
             elif key == "assumed_public":
                 value = list(value)
             out[key] = value
@@ -171,11 +189,7 @@ class PrivacyReport:
         values = {k: v for k, v in data.items() if k in fields}
         values["vocabulary"] = VocabularyClaim(**data["vocabulary"])
         if data.get("pretrained") is not None:
-            pretrained = dict(data["pretrained"])
-            for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
-                if isinstance(pretrained.get(key), str):
-                    pretrained[key] = float(pretrained[key])
-            values["pretrained"] = PretrainedClaim(**pretrained)
+            values["pretrained"] = PretrainedClaim.from_json(data["pretrained"])
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -192,6 +206,21 @@ def adjacency(plan: privacy.PrivacyPlan) -> str:
     return (
         "replace one training example by a null example that contributes zero (the "
         "dataset size N is unchanged; each epoch is one Gaussian mechanism on it)"
+    )
+
+
+def mixed_adjacency_note(export: str | None, run: str) -> str:
+    """The composition's note when the export's ε is for other neighbouring datasets than the run's.
+
+    Each ε holds for its own relation; their sum holds for one example changed
+    in both datasets, each time under that ε's relation (README "Which ε is
+    reported"), and for neither relation alone.
+    """
+    return (
+        "; the two ε are for different neighbouring datasets: the export's for "
+        f"{export or 'a relation its record does not state'}, this run's for {run}. The total "
+        "bounds one example changed in both, each under its own relation (e.g. removed from "
+        "one dataset and replaced by a null example in the other), not either relation alone"
     )
 
 
@@ -274,6 +303,8 @@ def privacy_report(
                 "basic composition (ε and δ add) of DP-SGD, the vocabulary and the pretrained "
                 "export's own total (its training data may overlap this run's)"
             )
+            if pretrained.adjacency != adjacency(plan):
+                composition += mixed_adjacency_note(pretrained.adjacency, adjacency(plan))
     return PrivacyReport(
         private=plan.private,
         bound=plan.bound,

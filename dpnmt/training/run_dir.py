@@ -2,6 +2,7 @@
 
 Published (the workdir minus `private/`): config.json, results.json,
 metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json),
+pretrained.json (what the starting model adds to ε, fixed when the run started),
 checkpoints/, a non-private run's profile.json and `dpnmt.noise_to_signal`'s
 noise_to_signal.json (measured on a public validation split). Private (`private/`, never
 published): the secret noise seed, the run id, the sampler state of each
@@ -25,8 +26,15 @@ CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+# One event file a session, numbered: tensorboardX's own name holds the session's
+# start second and the hostname. TensorBoard reads any name holding "tfevents",
+# in name order (older workdirs' files, named by time, sort first).
+TENSORBOARD_FILE_PREFIX = "events.out.tfevents.session-"
 TOKENIZER_FILE = "tokenizer.model"
 VOCABULARY_RECORD_FILE = "vocabulary.json"
+# The starting model's `PretrainedClaim` as the run started: decode and export
+# report it, never the base model's record read again (it may have changed).
+PRETRAINED_FILE = "pretrained.json"
 CHECKPOINT_DIR = "checkpoints"
 PRIVATE_DIR = "private"  # Secret seed and sampler state: never publish this folder.
 PREPROCESSING_FILE = "preprocessing.json"  # In private/: exact counts of private splits.
@@ -136,6 +144,31 @@ class RunDir:
     def write_results(self, results: dict) -> None:
         """Writes results.json (strict JSON)."""
         write_json(self.results_path, results)
+
+    def new_tensorboard_file(self) -> str:
+        """The path of this session's TensorBoard event file (the next number; folder made)."""
+        folder = self.file(TENSORBOARD_DIR)
+        os.makedirs(folder, exist_ok=True)
+        numbers = [
+            int(name[len(TENSORBOARD_FILE_PREFIX) :])
+            for name in os.listdir(folder)
+            if name.startswith(TENSORBOARD_FILE_PREFIX)
+            and name[len(TENSORBOARD_FILE_PREFIX) :].isdigit()
+        ]
+        number = max(numbers, default=0) + 1
+        return os.path.join(folder, f"{TENSORBOARD_FILE_PREFIX}{number:04d}")
+
+    def write_pretrained(self, claim: dict) -> None:
+        """Writes `pretrained.json`: the starting model's claim (`PretrainedClaim`'s JSON)."""
+        write_json(self.file(PRETRAINED_FILE), claim)
+
+    def read_pretrained(self) -> dict | None:
+        """`pretrained.json` as written, or None (from scratch, or a run from before it)."""
+        path = self.file(PRETRAINED_FILE)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
 
     def output_path(self, name: str, *, private: bool) -> str:
         """Where an output computed on the run's data goes: `private/<name>` when it is private.

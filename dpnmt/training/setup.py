@@ -279,7 +279,14 @@ def build_run(
             "config.%s: the noise seed is fixed, this run has NO privacy guarantee (ε = ∞).",
             config_lib.FIXED_SEED_SWITCH,
         )
-    pretrained = pretrained_privacy.pretrained_claim(config)
+    # The starting model's claim is fixed when the run starts: a resumed run, decode
+    # and export read it back, never the base model's record again.
+    pretrained = pretrained_privacy.claim_at_start(config, run_dir, resuming=resuming)
+    if pretrained is not None:
+        distributed.on_primary(
+            lambda: run_dir.write_pretrained(pretrained.to_json()),
+            "recording the starting model's privacy claim",
+        )
     _log_plan(plan, vocabulary, pretrained)
 
     # 7. Model and optimizer.

@@ -5,6 +5,7 @@ SentencePiece vocabulary saved as `dpnmt.export` saves them) with the
 privacy record a run would have published in its `dpnmt.json`.
 """
 
+import dataclasses
 import json
 import math
 import shutil
@@ -90,8 +91,19 @@ def _stop_before_tokenizing(monkeypatch):
 
 
 def test_a_private_export_is_composed_into_the_run_total(model_folder, tmp_path):
-    config = _config(tmp_path, _export(model_folder, tmp_path, _record()))
+    export_folder = _export(model_folder, tmp_path, _record())
+    config = _config(tmp_path, export_folder)
     run = setup.build_run(config, str(tmp_path / "run"))
+    # Recorded at start-up (published): a resumed run keeps it, whatever the base becomes.
+    recorded = json.loads((tmp_path / "run" / "pretrained.json").read_text())
+    assert recorded == json.loads(json.dumps(run.pretrained.to_json()))
+    (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(epsilon=0.1)}))
+    from dpnmt.training import pretrained_privacy, run_dir  # noqa: PLC0415
+
+    resumed = pretrained_privacy.claim_at_start(
+        config, run_dir.RunDir(str(tmp_path / "run")), resuming=True
+    )
+    assert resumed == run.pretrained and resumed.epsilon == EXPORT_EPSILON
     assert run.pretrained.dpnmt_export and run.pretrained.composed
     assert not run.pretrained.declared_disjoint
     # Its vocabulary is the export's: not "no private data used", and not counted twice.
@@ -151,3 +163,137 @@ def test_a_model_that_is_not_a_dpnmt_export_carries_no_record(model_folder, tmp_
     config.model.pretrained_data_disjoint = True  # Declares nothing: refused, not ignored.
     (problem,) = pretrained_privacy.pretrained_problems(config)
     assert problem.startswith("model.pretrained_data_disjoint=True")
+
+
+def _pretrained_privacy():
+    from dpnmt.training import pretrained_privacy  # noqa: PLC0415 - the module under test.
+
+    return pretrained_privacy
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"total_epsilon": -5.0},
+        {"total_epsilon": "nan"},
+        {"total_epsilon": "-inf"},
+        {"total_delta": -1e-3},
+        {"total_delta": 1.0},
+        {"total_delta": "nan"},
+        {"total_delta": None},
+    ],
+)
+def test_an_out_of_range_record_is_no_finite_guarantee(tmp_path, change):
+    """A corrupted record (ε < 0, NaN, δ outside [0, 1)) was composed as is: a negative ε
+    LOWERED the run's total. Now it is no finite guarantee: a private run refuses it."""
+    pretrained_privacy = _pretrained_privacy()
+    record = {**_record(), **change}
+    assert pretrained_privacy.claimed_by_export(record) == (math.inf, None)
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
+    config = _config(tmp_path, str(folder))
+    (problem,) = pretrained_privacy.pretrained_problems(config)
+    assert "is not a number" in problem and "model.pretrained_data_disjoint=True" in problem
+    config.model.pretrained_data_disjoint = True  # Declared disjoint: not composed, accepted.
+    assert pretrained_privacy.pretrained_problems(config) == []
+    assert pretrained_privacy.claimed_by_export(_record()) == (EXPORT_EPSILON, EXPORT_DELTA)
+
+
+HUB_ID = "someone/dp-export"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _hub_cache(tmp_path, monkeypatch, files):
+    """A Hugging Face hub cache holding `HUB_ID` at COMMIT with `files` ({name: text or
+    None: recorded absent}); the hub itself is offline (tests/conftest.py)."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    cache = tmp_path / "hf_cache"
+    repo = cache / f"models--{HUB_ID.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    for name, text in files.items():
+        folder = repo / ("snapshots" if text is not None else ".no_exist") / COMMIT
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text if text is not None else "")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    assert constants.HF_HUB_OFFLINE
+
+
+def test_an_export_given_by_hub_id_is_composed(tmp_path, monkeypatch):
+    """`model.name_or_path` takes hub ids, and exports are pushed to the hub; only a local
+    folder's dpnmt.json was read, so a hub export's ε was silently not composed."""
+    pretrained_privacy = _pretrained_privacy()
+    _hub_cache(tmp_path, monkeypatch, {"dpnmt.json": json.dumps({"privacy": _record()})})
+    config = _config(tmp_path, HUB_ID)
+    claim = pretrained_privacy.pretrained_claim(config)
+    assert claim.dpnmt_export and claim.composed
+    assert (claim.epsilon, claim.delta) == (EXPORT_EPSILON, EXPORT_DELTA)
+
+
+def test_a_hub_model_whose_record_cannot_be_read_is_refused_not_called_no_export(
+    tmp_path, monkeypatch
+):
+    pretrained_privacy = _pretrained_privacy()
+    _hub_cache(tmp_path, monkeypatch, {"config.json": "{}"})  # Cached, dpnmt.json never asked.
+    config = _config(tmp_path, HUB_ID)
+    (problem,) = pretrained_privacy.pretrained_problems(config)
+    assert problem.startswith(f"model.name_or_path={HUB_ID!r}: cannot read the model's dpnmt.json")
+    assert "model.pretrained_data_disjoint=True" in problem and "reachable" in problem
+    with pytest.raises(ConfigError):
+        pretrained_privacy.pretrained_claim(config)
+    config.model.pretrained_data_disjoint = True
+    claim = pretrained_privacy.pretrained_claim(config)
+    assert claim.declared_disjoint and not claim.composed and "could not be read" in claim.note
+    assert str(tmp_path) not in claim.note  # Published: no cache path.
+    nonprivate = _config(tmp_path, HUB_ID, variant="nonprivate")
+    assert pretrained_privacy.pretrained_problems(nonprivate) == []
+    assert not pretrained_privacy.pretrained_claim(nonprivate).composed
+
+
+def test_a_hub_model_known_to_have_no_record_is_not_a_dpnmt_export(tmp_path, monkeypatch):
+    pretrained_privacy = _pretrained_privacy()
+    _hub_cache(tmp_path, monkeypatch, {"config.json": "{}", "dpnmt.json": None})
+    claim = pretrained_privacy.pretrained_claim(_config(tmp_path, HUB_ID))
+    assert not claim.dpnmt_export and not claim.composed and "outside this report" in claim.note
+
+
+def _plan_and_vocabulary(config):
+    from dpnmt import privacy  # noqa: PLC0415
+
+    plan = privacy.plan_privacy(config.dp, config.train, 1000)
+    return plan, tokenizers.VocabularyRecord("pretrained", True, note="the export's")
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_an_export_for_another_adjacency_is_composed_with_a_note(tmp_path, sampling):
+    """The export's ε may be for replace-with-null (shuffled) and this run's for add/remove
+    (Poisson): the sum was stated as if both were for one relation."""
+    from dpnmt.training import privacy_report as report_lib  # noqa: PLC0415
+
+    pretrained_privacy = _pretrained_privacy()
+    config = _config(tmp_path, "unused")
+    config.dp.sampling = sampling
+    plan, vocabulary = _plan_and_vocabulary(config)
+    other = "shuffle" if sampling == "poisson" else "poisson"
+    other_plan = dataclasses.replace(plan, sampling=other)
+    export_adjacency = report_lib.adjacency(other_plan)
+    folder = tmp_path / "export"
+    folder.mkdir()
+    record = {**_record(), "adjacency": export_adjacency}
+    (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
+    config.model.name_or_path = str(folder)
+    claim = pretrained_privacy.pretrained_claim(config)
+    assert claim.composed and claim.adjacency == export_adjacency
+    report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
+    assert report.total_epsilon == pytest.approx(report.dp_sgd_epsilon + EXPORT_EPSILON)
+    assert "different neighbouring datasets" in report.composition
+    assert export_adjacency in report.composition and report.adjacency in report.composition
+    assert PrivacyReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    # The same relation: no note.
+    record["adjacency"] = report.adjacency
+    (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
+    claim = pretrained_privacy.pretrained_claim(config)
+    report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
+    assert "neighbouring" not in report.composition

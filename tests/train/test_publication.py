@@ -195,6 +195,18 @@ def test_published_files_hold_no_local_path(decoded):
             assert needle not in text, f"{path} holds the local path {needle}"
 
 
+def test_no_published_file_name_holds_the_hostname_or_a_time(run):
+    """tensorboardX named its event file `events.out.tfevents.<start second>.<hostname>`."""
+    import socket  # noqa: PLC0415
+
+    workdir = run[0]
+    names = [os.path.relpath(path, workdir) for path in _published_files(workdir)]
+    assert any("tfevents" in name for name in names)
+    for name in names:
+        assert socket.gethostname() not in re.split(r"[./]", name), name
+        assert not re.search(r"\d{10}", name), name
+
+
 def test_checkpoints_carry_no_time(run):
     """Orbax's nanosecond init/commit times and the files' modification times timed the
     few lots between two kept checkpoints (20 here, fewer at a session's end)."""

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 from dpnmt import config_lib, privacy
 from dpnmt.data.tokenizers import VocabularyRecord
@@ -37,3 +38,73 @@ def test_results_privacy_report_is_strict_json_for_a_nonprivate_run(tmp_path):
 
     json.loads(text, parse_constant=reject)
     assert math.isinf(plan.epsilon_after(plan.num_steps))
+
+
+def test_declaring_pretrained_data_disjoint_is_refused_once_the_run_has_started(tmp_path):
+    """`model.pretrained_data_disjoint` was not binding: a run planned with the export's ε
+    composed resumed with the declaration set and reported a smaller ε."""
+    import pytest  # noqa: PLC0415
+
+    from dpnmt.errors import ConfigError  # noqa: PLC0415
+
+    config = config_lib.make_config("eps8")
+    config.model.name_or_path = "someone/dp-export"
+    workdir = run_dir.RunDir(str(tmp_path / "run"))
+    workdir.bind_config(config)
+    config.model.pretrained_data_disjoint = True  # Before any checkpoint: a corrected config.
+    workdir.bind_config(config)
+    config.model.pretrained_data_disjoint = False
+    workdir.bind_config(config)
+    (tmp_path / "run" / run_dir.CHECKPOINT_DIR / "2").mkdir(parents=True)  # Started.
+    config.model.pretrained_data_disjoint = True
+    with pytest.raises(ConfigError, match=r"model\.pretrained_data_disjoint: run False, now True"):
+        workdir.bind_config(config)
+    # A run from before the field existed resumes with it at its default, not set.
+    published = json.loads((tmp_path / "run" / run_dir.CONFIG_FILE).read_text())
+    del published["model"]["pretrained_data_disjoint"]
+    (tmp_path / "run" / run_dir.CONFIG_FILE).write_text(json.dumps(published))
+    with pytest.raises(ConfigError, match=r"pretrained_data_disjoint: run '\(absent\)', now True"):
+        workdir.bind_config(config)
+    config.model.pretrained_data_disjoint = False
+    workdir.bind_config(config)
+
+
+def _events(path):
+    """The `Event` protos of a TFRecord event file (length, its CRC, data, its CRC)."""
+    import struct  # noqa: PLC0415
+
+    from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
+
+    data, events, offset = path.read_bytes(), [], 0
+    while offset < len(data):
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        events.append(Event.FromString(data[offset + 12 : offset + 12 + length]))
+        offset += 12 + length + 4
+    assert offset == len(data)
+    return events
+
+
+def test_tensorboard_files_name_no_host_or_time_and_each_session_adds_one(tmp_path):
+    """tensorboardX named the published file `events.out.tfevents.<start second>.<hostname>`
+    and stamped its first event with the exact start time."""
+    import re  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    from dpnmt.training.metrics import MetricsWriter  # noqa: PLC0415
+
+    for session in range(2):  # A run, then its resume.
+        writer = MetricsWriter(str(tmp_path))
+        writer.write(5 + 5 * session, {"privacy/epsilon_spent": 0.5, "train/loss": math.inf})
+        writer.close()
+    folder = tmp_path / run_dir.TENSORBOARD_DIR
+    names = sorted(os.listdir(folder))
+    assert names == ["events.out.tfevents.session-0001", "events.out.tfevents.session-0002"]
+    for name in names:
+        assert socket.gethostname() not in name.split(".") and not re.search(r"\d{10}", name)
+    for step, name in zip((5, 10), names, strict=True):
+        first, scalars = _events(folder / name)
+        assert first.file_version == "brain.Event:2" and first.wall_time == int(first.wall_time)
+        assert scalars.step == step and scalars.wall_time == first.wall_time
+        assert [(v.tag, v.simple_value) for v in scalars.summary.value] == [
+            ("privacy/epsilon_spent", 0.5)  # The infinite loss is not an event.
+        ]
