@@ -116,8 +116,8 @@ def test_a_step_without_noise_is_caught(tmp_path, public_text, monkeypatch):
     """The same eps1 run with its noise switched off: the claim must be refuted."""
     real = core.noisy_average
 
-    def noiseless(state, key, noise_multiplier, l2_clip, expected_lot_size):
-        return real(state, key, 0.0, l2_clip, expected_lot_size)
+    def noiseless(state, key, noise_multiplier, l2_clip, expected_lot_size, **kwargs):
+        return real(state, key, 0.0, l2_clip, expected_lot_size, **kwargs)
 
     monkeypatch.setattr(core, "noisy_average", noiseless)
     config = audit_config("eps1", public_text)

@@ -195,7 +195,7 @@ class SecureModeTest(parameterized.TestCase):
         np.testing.assert_array_equal(np.isnan(noised["w"]), [False, True, False])
 
     @parameterized.named_parameters(
-        ("unknown_mode", dict(mode="exact"), "mode='exact' is unknown"),
+        ("unknown_mode", dict(mode="exact"), "noise mode 'exact' is unknown"),
         ("no_sensitivity", dict(mode="secure"), "l2_sensitivity"),
         ("bad_sensitivity", dict(mode="secure", l2_sensitivity=0.0), "l2_sensitivity"),
     )
