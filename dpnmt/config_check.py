@@ -891,7 +891,7 @@ def public_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]
                 "tokenizer.private_data_ok=True (the report then says ε = ∞)."
             )
             continue
-        text = overlap.sentence_set(data.decode("utf-8", errors="replace").splitlines())
+        text = overlap.text_sentence_set(data.decode("utf-8", errors="replace").splitlines())
         found = overlap.large_overlaps(text, sides)
         if found:
             problems.append(_overlap_message(f"tokenizer.public_text_paths: {path}", found, config))
