@@ -415,6 +415,72 @@ def measure_split_problems(config, measure: str | None, split: str) -> list[str]
     ]
 
 
+def measure_options(config, measure: str) -> dict[str, Any]:
+    """The loader options `--measure` is read with: the config's, when it names the config's corpus.
+
+    So a validation split is carved (`data.validation_size`, ...) as the runs carve it.
+    """
+    if config is None:
+        return {}
+    try:
+        (measured,) = corpora.parse_corpus_names(measure, "--measure")
+        first = corpora.mixture.first_registry_name(config.data.corpus)
+    except (InputError, ValueError):
+        return {}
+    if _corpus_identity(measured.registry_name) != _corpus_identity(first):
+        return {}
+    return corpus_options(config)
+
+
+def measured_content_problems(
+    config, measure: str | None, split: str, measured, private
+) -> list[str]:
+    """`--measure`: its split must not be a DP config's private data under another name or split.
+
+    `measure_split_problems` compares names; this reads the text: the measured
+    split is refused when it is a validation split carved from the train split
+    of the config's corpus, or when it holds more than `overlap.OVERLAP_LIMIT`
+    of a side of a private split (train, and a validation carved from it), so
+    a copy of the private corpus, or its carved validation, is refused.
+
+    Args:
+      config: the `--config` (None: nothing is private).
+      measure: the `--measure` corpus name.
+      split: `--measure_split`.
+      measured: the measured corpus as loaded (`measure_options`).
+      private: the config's corpus (`training.pieces.load_corpus`).
+    """
+    if not measure or config is None or not config.dp.enabled:
+        return []
+    from dpnmt.training import pieces  # Deferred: pieces imports this module.
+
+    where = f"--measure={measure} --measure_split={split}"
+    fix = (
+        "Measure a public split that is not this run's data (a corpus's own validation or "
+        "test split), or give a non-private --config."
+    )
+    first = corpora.mixture.first_registry_name(config.data.corpus)
+    (entry,) = corpora.parse_corpus_names(measure, "--measure")
+    same = _corpus_identity(entry.registry_name) == _corpus_identity(first)
+    if same and split == "validation" and pieces.validation_is_carved_from_train(measured):
+        return [
+            f"{where} reads the validation split of data.corpus={config.data.corpus!r}, which "
+            "is carved from its train split, the private training data of this DP --config: "
+            f"its size and length statistics are private. {fix}"
+        ]
+    rows = measured[split]["translation"]
+    text = overlap.sentence_set(text for row in rows for text in row.values())
+    found = overlap.large_overlaps(text, overlap.private_sides(private, _private_splits(private)))
+    if not found:
+        return []
+    return [
+        f"{where} holds {'; '.join(o.describe() for o in found)} of data.corpus="
+        f"{config.data.corpus!r}, up to case and spacing: that is the private training data "
+        "of this DP --config, whose size and length statistics are private (more than "
+        f"{overlap.OVERLAP_LIMIT:.0%} of a private side shared is refused). {fix}"
+    ]
+
+
 def _public_corpus_problem(entry, pair: str) -> str | None:
     """A public corpus that is missing or lacks the run's pair (cheap: folder and pair)."""
     corpus, argument = corpora.lookup(entry.registry_name)
@@ -891,7 +957,7 @@ def public_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]
                 "tokenizer.private_data_ok=True (the report then says ε = ∞)."
             )
             continue
-        text = overlap.sentence_set(data.decode("utf-8", errors="replace").splitlines())
+        text = overlap.text_sentence_set(data.decode("utf-8", errors="replace").splitlines())
         found = overlap.large_overlaps(text, sides)
         if found:
             problems.append(_overlap_message(f"tokenizer.public_text_paths: {path}", found, config))

@@ -9,8 +9,10 @@ With --config it builds exactly the vocabulary that config's runs use
 `tokenizer.model_type`); the plain flags override those fields or stand
 alone. It prints the cache folder and the vocabulary's record (JSON), and with
 --measure the pieces per sentence of that corpus's --measure_split, each side.
-Measure a public split (validation): the train split of a DP --config's own
-corpus is refused, its statistics being private.
+Measure a public split (validation): with a DP --config, a split that is its
+private data is refused (its train split by name; a validation carved from it,
+or any split holding more than 1% of a private side, by reading the text), its
+statistics being private.
 A run builds the same vocabulary on first use when it is missing; this app
 builds it ahead (`dpnmt.data.public_vocab`: cache folder, key, record).
 """
@@ -68,8 +70,28 @@ def main(argv):
         _VOCAB_SIZE.value or (config.tokenizer.vocab_size if config else 8000),
         _MODEL_TYPE.value or (config.tokenizer.model_type if config else "unigram"),
     )
+    measured = None
+    if _MEASURE.value:
+        measured = public_vocab.load_measured(
+            _MEASURE.value,
+            f"{spec.languages[0]}-{spec.languages[1]}",
+            **config_check.measure_options(config, _MEASURE.value),
+        )
+        if config is not None and config.dp.enabled:
+            from dpnmt.training import pieces  # Only here: it imports the model code.
+
+            private = pieces.load_corpus(config)
+            config_check.raise_problems(
+                config_check.measured_content_problems(
+                    config, _MEASURE.value, _MEASURE_SPLIT.value, measured, private
+                )
+            )
     summary = public_vocab.build_and_measure(
-        spec, rebuild=_REBUILD.value, measure=_MEASURE.value, measure_split=_MEASURE_SPLIT.value
+        spec,
+        rebuild=_REBUILD.value,
+        measure=_MEASURE.value,
+        measure_split=_MEASURE_SPLIT.value,
+        measured=measured,
     )
     print(json.dumps(summary, indent=2))
 

@@ -244,12 +244,19 @@ def pieces_per_sentence(tokenizer: tokenizers.Tokenizer, texts: list[str]) -> di
     }
 
 
+def load_measured(measure: str, pair: str, **options) -> Any:
+    """The corpus `--measure` names (one name, optionally `detok:`), with loader `options`."""
+    (entry,) = mixture.parse_corpus_names(measure)
+    return mixture.load_one(entry, pair, **options)
+
+
 def build_and_measure(
     spec: PublicVocabSpec,
     *,
     rebuild: bool = False,
     measure: str | None = None,
     measure_split: str = "validation",
+    measured: Any = None,
 ) -> dict[str, Any]:
     """Builds (or finds) the vocabulary; optionally measures pieces per sentence of a corpus.
 
@@ -260,6 +267,7 @@ def build_and_measure(
         is encoded, each side on its own.
       measure_split: "train", "validation" or "test"; a public split (a private
         corpus's train split is private: `config_check.measure_split_problems`).
+      measured: `measure` as already loaded (`load_measured`); None: loaded here.
 
     Returns:
       A JSON-able summary: the folder, whether it was built now, the record,
@@ -272,9 +280,9 @@ def build_and_measure(
         "record": dataclasses.asdict(built.record),
     }
     if measure:
-        (entry,) = mixture.parse_corpus_names(measure)
-        pair = f"{spec.languages[0]}-{spec.languages[1]}"
-        rows = mixture.load_one(entry, pair)[measure_split]["translation"]
+        if measured is None:
+            measured = load_measured(measure, f"{spec.languages[0]}-{spec.languages[1]}")
+        rows = measured[measure_split]["translation"]
         summary["pieces_per_sentence"] = {
             "corpus": measure,
             "split": measure_split,

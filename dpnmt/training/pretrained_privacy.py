@@ -71,6 +71,8 @@ def read_export_record(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
 
 
 def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None  # JSON true/false: not a number, though float() takes it.
     try:
         return float(value)  # write_json stores inf as "inf".
     except (TypeError, ValueError):

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from dpnmt import config_lib, core
-from dpnmt.errors import ConfigError
+from dpnmt.errors import ConfigError, InputError
 
 CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
@@ -66,9 +66,13 @@ def strict_json(value):
 
 
 def write_json(path: str, value) -> None:
-    """Writes strict JSON (no NaN/Infinity tokens)."""
-    with open(path, "w") as f:
-        json.dump(strict_json(value), f, indent=2, default=_json_default, allow_nan=False)
+    """Writes strict JSON (no NaN/Infinity tokens) atomically: a kill leaves the old or the new."""
+    text = json.dumps(strict_json(value), indent=2, default=_json_default, allow_nan=False)
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as f:
+        f.write(text)
+    os.replace(temporary, path)
 
 
 def json_dumps(value) -> str:
@@ -163,12 +167,28 @@ class RunDir:
         write_json(self.file(PRETRAINED_FILE), claim)
 
     def read_pretrained(self) -> dict | None:
-        """`pretrained.json` as written, or None (from scratch, or a run from before it)."""
+        """`pretrained.json` as written, or None (from scratch, or a run from before it).
+
+        Raises:
+          InputError: the file is not a JSON object (cut short or edited).
+        """
         path = self.file(PRETRAINED_FILE)
         if not os.path.exists(path):
             return None
-        with open(path) as f:
-            return json.load(f)
+        try:
+            with open(path, encoding="utf-8") as f:
+                claim = json.load(f)
+        except (ValueError, UnicodeDecodeError) as error:
+            claim = error
+        if not isinstance(claim, dict):
+            raise InputError(
+                f"{path} is not the JSON object dpnmt wrote ({claim}): it records the privacy "
+                "claim of the model this run started from, which a resumed run, decode and "
+                "export reuse. Restore it from a copy of the workdir; deleting it makes dpnmt "
+                "read model.name_or_path's record again, right only if that model is unchanged "
+                "since the run started."
+            )
+        return claim
 
     def output_path(self, name: str, *, private: bool) -> str:
         """Where an output computed on the run's data goes: `private/<name>` when it is private.

@@ -282,7 +282,8 @@ def build_run(
     # The starting model's claim is fixed when the run starts: a resumed run, decode
     # and export read it back, never the base model's record again.
     pretrained = pretrained_privacy.claim_at_start(config, run_dir, resuming=resuming)
-    if pretrained is not None:
+    # Written once: a resumed run keeps the record (rewriting it risks it for nothing).
+    if pretrained is not None and (not resuming or run_dir.read_pretrained() is None):
         distributed.on_primary(
             lambda: run_dir.write_pretrained(pretrained.to_json()),
             "recording the starting model's privacy claim",

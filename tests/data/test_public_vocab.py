@@ -156,9 +156,9 @@ def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypat
         return config
 
     cases = [
-        ("files:copy", "'files:copy' holds 580 of the 580 distinct de sentences (100.0%)"),
-        ("detok:files:copy", "'detok:files:copy' holds 580 of the 580 distinct de"),
-        ("files:public,files:some", "'files:some' holds 10 of the 580 distinct de sentences"),
+        ("files:copy", "'files:copy' holds about 100% of the distinct de sentences of the train"),
+        ("detok:files:copy", "'detok:files:copy' holds about 100% of the distinct de"),
+        ("files:public,files:some", "'files:some' holds more than 1% of the distinct de sent"),
     ]
     for public, expected in cases:
         assert not config_check.config_problems(config(public), device_count=1), public
@@ -168,6 +168,7 @@ def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypat
         message = str(error.value)
         assert expected in message and "not public" in message, message
         assert "distinct en sentences" in message and "dp_sentencepiece" in message
+        assert " 580 " not in message  # No exact count of a private split.
         assert not workdir.exists()  # Refused before anything is written.
     # Public text sharing no sentence, or under 1% of a side, is accepted.
     for public in ("files:public", "files:public,files:few"):
@@ -238,3 +239,47 @@ def test_the_app_refuses_to_measure_a_dp_configs_private_train_split(tmp_path, c
     assert config_check.measure_split_problems(dp, f"files:{private}", "train")
     assert not config_check.measure_split_problems(dp, f"files:{private}", "validation")
     assert not config_check.measure_split_problems(dp, f"files:{public}", "train")
+
+
+def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refused(
+    tmp_path, cache
+):
+    """A carved validation split, or a copy of the corpus, is the private train data."""
+    private, public = _corpus(tmp_path / "private", seed=1), _corpus(tmp_path / "public", seed=2)
+    (private / "validation.tsv").unlink()  # Validation carved from train, as for wmt16.
+    shutil.copytree(private, tmp_path / "copy")  # Its train split, renamed.
+    shutil.copy(public / "validation.tsv", tmp_path / "copy")
+    dp = _private_config(private, f"files:{public}")
+    dp.data.validation_size = 20
+    own = pieces.load_corpus(dp)
+
+    def problems(measure, split):
+        options = config_check.measure_options(dp, measure)
+        measured = public_vocab.load_measured(measure, "de-en", **options)
+        return config_check.measured_content_problems(dp, measure, split, measured, own)
+
+    (carved,) = problems(f"files:{private}/", "validation")
+    assert "carved from its train split" in carved
+    (copy,) = problems(f"files:{tmp_path / 'copy'}", "train")
+    assert "holds about 100% of the distinct de sentences of the train split" in copy
+    assert "of the validation split" in copy and " 560 " not in copy
+    assert not problems(f"files:{private}", "test")  # Its own test split is public.
+    assert not problems(f"files:{public}", "train")
+    # The app refuses the copy before building any vocabulary.
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    command = [
+        sys.executable,
+        "-m",
+        "dpnmt.public_vocab",
+        f"--config={repo / 'configs' / 'multi30k.py'}:eps8",
+        f"--config.data.corpus=files:{private}",
+        "--config.data.validation_size=20",
+        f"--config.tokenizer.public_corpora=files:{public}",
+        "--config.tokenizer.vocab_size=300",
+        f"--measure=files:{tmp_path / 'copy'}",
+        "--measure_split=train",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    assert done.returncode != 0 and "holds about 100%" in done.stderr, done.stderr[-2000:]
+    assert not cache.exists()

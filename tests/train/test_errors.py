@@ -1,5 +1,6 @@
 """Bad inputs fail before anything is written, in one line naming the field and the fix."""
 
+import json
 import os
 import shutil
 
@@ -277,13 +278,22 @@ def test_public_vocabulary_text_that_is_the_private_corpus_is_refused(tmp_path, 
     (public / "some.txt").write_text(  # News with 5 of the 120 train sentences (4%), re-cased.
         "A public line.\n" + "".join(f"{row[0].lower()}\n" for row in ROWS[:5]), encoding="utf-8"
     )
+    (public / "copy.tsv").write_text(  # Both sides on one line, reordered, columns swapped.
+        "en\tde\n" + "".join(f"{en}\t{de}\n" for de, en in reversed(ROWS)), encoding="utf-8"
+    )
+    (public / "copy.jsonl").write_text(  # One JSON object a pair, as Hugging Face writes them.
+        "".join(json.dumps({"translation": {"de": de, "en": en}}) + "\n" for de, en in ROWS[::-1]),
+        encoding="utf-8",
+    )
     cases = [
         # A path that resolves to the corpus's own train file.
         (f"files:{corpus}", str(tmp_path / "text" / ".." / "text" / "train.de"), " is the "),
         (f"files:{corpus}", str(public / "copy.txt"), "has the same bytes as"),
         (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "de_side.txt"), "same lines as"),
         (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "de_shuffled.txt"), "same lines as"),
-        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "some.txt"), " holds 5 of the 120 "),
+        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "some.txt"), " holds more than 1% "),
+        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "copy.tsv"), " holds about 100% "),
+        (f"files:{_corpus(tmp_path / 'tsv')}", str(public / "copy.jsonl"), " holds about 100% "),
     ]
     for corpus_name, path, how in cases:
         config = _config(tmp_path)
@@ -296,6 +306,7 @@ def test_public_vocabulary_text_that_is_the_private_corpus_is_refused(tmp_path, 
         message = str(error.value)
         assert message.startswith(f"tokenizer.public_text_paths: {path}") and how in message
         assert "train split" in message and "dp_sentencepiece" in message
+        assert " 120 " not in message  # No exact count of a private split.
         assert not workdir.exists()
     # Public text is accepted; so is the corpus's own text in a non-private run
     # (its data are public there: the two-stage recipe's stage 1).

@@ -181,6 +181,8 @@ def _pretrained_privacy():
         {"total_delta": 1.0},
         {"total_delta": "nan"},
         {"total_delta": None},
+        {"total_epsilon": True},  # JSON true is no ε (float(True) is 1.0).
+        {"total_delta": False},
     ],
 )
 def test_an_out_of_range_record_is_no_finite_guarantee(tmp_path, change):

@@ -4,8 +4,11 @@ import json
 import math
 import os
 
+import pytest
+
 from dpnmt import config_lib, privacy
 from dpnmt.data.tokenizers import VocabularyRecord
+from dpnmt.errors import InputError
 from dpnmt.training import run_dir
 from dpnmt.training.privacy_report import privacy_report
 
@@ -108,3 +111,28 @@ def test_tensorboard_files_name_no_host_or_time_and_each_session_adds_one(tmp_pa
         assert [(v.tag, v.simple_value) for v in scalars.summary.value] == [
             ("privacy/epsilon_spent", 0.5)  # The infinite loss is not an event.
         ]
+
+
+class _KilledWhileWriting:
+    """A value whose serialisation stops the process half-way (a kill mid-write)."""
+
+    def __str__(self):
+        raise KeyboardInterrupt
+
+
+def test_records_are_written_atomically_and_a_cut_short_claim_is_refused(tmp_path):
+    """pretrained.json was rewritten in place on every resume: a kill left it empty."""
+    workdir = run_dir.RunDir(str(tmp_path))
+    claim = {"name": "files:base", "epsilon": 1.0}
+    workdir.write_pretrained(claim)
+    try:
+        workdir.write_pretrained({"name": "files:base", "epsilon": _KilledWhileWriting()})
+    except KeyboardInterrupt:
+        pass
+    assert workdir.read_pretrained() == claim  # The old record, whole.
+    path = tmp_path / run_dir.PRETRAINED_FILE
+    for broken in ("", '{"name": "files:ba', "[1, 2]"):
+        path.write_text(broken)
+        with pytest.raises(InputError, match="pretrained.json is not the JSON object") as error:
+            workdir.read_pretrained()
+        assert "Restore it" in str(error.value)
