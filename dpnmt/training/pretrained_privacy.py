@@ -198,9 +198,10 @@ def _unreadable(
     problem = (
         f"model.name_or_path={name!r}: cannot read the model's {SETTINGS_FILE} to know whether "
         "it was trained on private data (a dpnmt export's own ε composes with this run's). "
-        f"Set {DISJOINT_FIELD}=True if its training data share no example with this run's, "
-        "or make it reachable (network access to the hub, its files in the Hugging Face "
-        f"cache, or its local folder). {error}"
+        "Make it reachable: fetch it once online (huggingface_hub.hf_hub_download(repo, "
+        f"'{SETTINGS_FILE}') also records its absence in the Hugging Face cache), or use the "
+        f"model's local folder. Only if its training data share no example with this run's, "
+        f"set {DISJOINT_FIELD}=True instead (the published report then says so). {error}"
     )
     note = f"{unknown}: the model may be a dpnmt export with no finite ε on overlapping data"
     return PretrainedClaim(False, True, False, math.inf, None, note), problem

@@ -243,6 +243,8 @@ def test_a_hub_model_whose_record_cannot_be_read_is_refused_not_called_no_export
     (problem,) = pretrained_privacy.pretrained_problems(config)
     assert problem.startswith(f"model.name_or_path={HUB_ID!r}: cannot read the model's dpnmt.json")
     assert "model.pretrained_data_disjoint=True" in problem and "reachable" in problem
+    # Fetching the record comes first; the declaration only where it is true.
+    assert problem.index("hf_hub_download") < problem.index("Only if its training data")
     with pytest.raises(ConfigError):
         pretrained_privacy.pretrained_claim(config)
     config.model.pretrained_data_disjoint = True
