@@ -36,3 +36,15 @@ def test_readme_result_tables_are_the_committed_runs_results():
         assert runs, folder
         expected = summary.to_markdown(summary.cell_rows(runs), {}).split("\n\n")[0]
         assert table.strip() == expected.strip(), folder
+
+
+def test_committed_results_hold_no_local_path():
+    """The published files under docs/results name local files, never locate them
+    (results.json once held the BERTScore encoder's site-packages folder)."""
+    results = README.parent / "docs" / "results"
+    texts = [p for p in results.rglob("*") if p.suffix in (".json", ".md", ".jsonl", ".csv")]
+    assert texts, "docs/results should hold the committed runs' files"
+    absolute = re.compile(r"(?<![\w.])/(?:work|home|root|tmp|usr|opt|Users|var)/|site-packages")
+    for path in texts:
+        match = absolute.search(path.read_text(errors="replace"))
+        assert not match, f"{path} holds a local path near {match.group(0)!r}"
