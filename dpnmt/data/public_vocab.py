@@ -18,12 +18,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any
 
 import ml_collections
 import numpy as np
 
+from dpnmt import atomic_file
 from dpnmt.data import tokenizers
 from dpnmt.data.corpora import mixture
 from dpnmt.data.languages import parse_pair
@@ -184,20 +184,6 @@ def _record(spec: PublicVocabSpec, texts, digests, key: str, size: int):
     )
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Writes `path` through a temporary file and a rename (concurrent builders never clash)."""
-    folder = os.path.dirname(path)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-
-
 def build_public_vocabulary(spec: PublicVocabSpec, *, rebuild: bool = False) -> PublicVocabulary:
     """The cached vocabulary of `spec`, learnt first if it is not in the cache.
 
@@ -223,9 +209,9 @@ def build_public_vocabulary(spec: PublicVocabSpec, *, rebuild: bool = False) -> 
             [line for _, lines in texts for line in lines], **spec.trainer_options()
         )
         os.makedirs(folder, exist_ok=True)
-        _write_atomic(model_path, tokenizer.model_proto)
+        atomic_file.write_atomic(model_path, tokenizer.model_proto)
         key_data = _key_contents(spec, texts, digests, key)
-        _write_atomic(os.path.join(folder, KEY_FILE), json.dumps(key_data, indent=2).encode())
+        atomic_file.write_atomic(os.path.join(folder, KEY_FILE), json.dumps(key_data, indent=2))
     else:
         tokenizer = tokenizers.SentencePieceTokenizer.load(model_path)
     record = _record(spec, texts, digests, key, tokenizer.vocab_size)

@@ -15,7 +15,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from dpnmt import config_lib
+from dpnmt import atomic_file, config_lib
 
 MANIFEST_FILE = "sweep.json"
 # The run's output, in its private/ folder: log lines carry timestamps, which
@@ -216,10 +216,8 @@ def is_finished(run_dir: str, config: ml_collections.ConfigDict) -> bool:
 
 def write_manifest(workdir: str, manifest: dict) -> None:
     """Writes `sweep.json` atomically (a killed sweep never leaves half a file)."""
-    path = os.path.join(workdir, MANIFEST_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    text = json.dumps(manifest, indent=2, sort_keys=True)
+    atomic_file.write_atomic(os.path.join(workdir, MANIFEST_FILE), text)
 
 
 def read_manifest(workdir: str) -> dict:

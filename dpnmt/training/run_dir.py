@@ -19,7 +19,7 @@ import os
 import ml_collections
 import numpy as np
 
-from dpnmt import config_lib, core
+from dpnmt import atomic_file, config_lib, core
 from dpnmt.errors import ConfigError, InputError
 
 CONFIG_FILE = "config.json"
@@ -68,11 +68,7 @@ def strict_json(value):
 def write_json(path: str, value) -> None:
     """Writes strict JSON (no NaN/Infinity tokens) atomically: a kill leaves the old or the new."""
     text = json.dumps(strict_json(value), indent=2, default=_json_default, allow_nan=False)
-    folder, name = os.path.split(path)
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as f:
-        f.write(text)
-    os.replace(temporary, path)
+    atomic_file.write_atomic(path, text)
 
 
 def json_dumps(value) -> str:
