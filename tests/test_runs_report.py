@@ -118,6 +118,16 @@ def test_curves_read_validation_only_from_metrics_jsonl_last_record_wins(tmp_pat
     }
 
 
+def test_a_private_runs_carved_validation_curve_is_not_shown(tmp_path):
+    folder = _copy(RESULTS / "multi30k/eps8-poisson/seed0", tmp_path)
+    results = json.loads((folder / "results.json").read_text())
+    results["validation_is_private"] = True
+    (folder / "results.json").write_text(json.dumps(results))
+    markdown = report.write_runs_report([str(folder)], str(tmp_path / "out"))
+    assert "seed0: validation carved from the private train split: not shown." in markdown
+    assert runs_table.validation_curve(runs_table.load_runs([str(folder)])[0][0]) == []
+
+
 def test_samples_come_from_the_published_test_decode(tmp_path):
     folder = _copy(RESULTS / "multi30k/eps8-poisson/seed0", tmp_path)
     (folder / "decode_test").mkdir()

@@ -57,6 +57,11 @@ def extrapolation(runs: list[runs_table.PublishedRun], at_epochs: float | None) 
         "",
     ]
     for run in runs:
+        if runs_table.private_validation(run):
+            lines.append(
+                f"- {run.name}: validation carved from the private train split: not shown."
+            )
+            continue
         lines.append(extrapolate.describe(run.name, runs_table.validation_curve(run), at_epochs))
     return "\n".join(lines) + "\n"
 

@@ -172,13 +172,22 @@ def to_csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
+def private_validation(run: PublishedRun) -> bool:
+    """Whether a private run's validation pairs came from its private train split."""
+    return bool(run.privacy["private"] and run.results.get("validation_is_private"))
+
+
 def validation_curve(run: PublishedRun) -> list[dict]:
     """Validation points by step: metrics.jsonl's `validation/*` if published, else the history.
 
     Each point: {"step", "epoch", and "loss" / "bleu" when evaluated}. A step
     logged twice (a resumed session redoing lots) keeps its last record.
-    Training loss is never read: a private run never publishes it.
+    Training loss is never read: a private run never publishes it. Empty for
+    a private run whose validation pairs were carved from its private train
+    split (`validation_is_private`): that curve is outside the guarantee.
     """
+    if private_validation(run):
+        return []
     by_step: dict[int, dict] = {}
     metrics = os.path.join(run.folder, METRICS)
     if os.path.isfile(metrics):
