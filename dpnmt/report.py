@@ -1,11 +1,22 @@
-r"""Writes a sweep's privacy/utility report: the paper's Table 3 and its plots.
+r"""Writes a privacy/utility report: a sweep's Table 3 and plots, or one table of run folders.
 
     python -m dpnmt.report --workdir=runs/grid [--out=runs/grid/report]
+    python -m dpnmt.report --runs='docs/results/a,docs/results/b/*' --out=docs/results/table
 
-Reads `<workdir>/sweep.json` (from `python -m dpnmt.sweep`) and each finished
-run's results.json; writes `table.md`, `table.csv`, `bleu_vs_epsilon.png`,
-`learning_curves.png` and `epsilon_vs_step.png` to `--out`, and prints the
-Markdown table. Runs not finished are listed under the table, not averaged.
+`--workdir`: reads `<workdir>/sweep.json` (from `python -m dpnmt.sweep`) and
+each finished run's results.json; writes `table.md`, `table.csv`,
+`bleu_vs_epsilon.png`, `learning_curves.png` and `epsilon_vs_step.png` to
+`--out`, and prints the Markdown table. Runs not finished are listed under the
+table, not averaged.
+
+`--runs`: run folders or globs (comma-separated), each a finished run's
+published folder (results.json; metrics.jsonl, noise_to_signal.json and
+decode_test/ when present). Writes to `--out` one row per run in `table.md`
+and `table.csv`, with noise to signal, validation BLEU extrapolated from the
+measured curves (labelled as such) and sample test translations under the
+table in `table.md`, and `learning_curves.png` (validation loss and BLEU by
+epoch). Every private run's ε is recomputed with dp_accounting from its
+results.json; a run whose ε disagrees is refused before anything is written.
 """
 
 import os
@@ -13,16 +24,34 @@ import os
 from absl import app, flags
 
 from dpnmt import cli
+from dpnmt.errors import ConfigError
 from dpnmt.sweeps import report
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The sweep's --workdir.")
+_RUNS = flags.DEFINE_list("runs", None, "Run folders or globs (instead of --workdir).")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/report).")
+_SAMPLES = flags.DEFINE_integer("samples", 3, "--runs: test translations shown per run.")
+_EXTRAPOLATE_TO = flags.DEFINE_float(
+    "extrapolate_to", None, "--runs: epoch to extrapolate to (default: twice each run's last)."
+)
 
 
 def main(argv):
     """Writes the report and prints its table."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if (_WORKDIR.value is None) == (_RUNS.value is None):
+        raise ConfigError("Give exactly one of --workdir (a sweep) or --runs (run folders).")
+    if _RUNS.value is not None:
+        if _OUT.value is None:
+            raise ConfigError("--runs needs --out: the folder to write the table to.")
+        markdown = report.write_runs_report(
+            _RUNS.value, _OUT.value, samples=_SAMPLES.value, extrapolate_to=_EXTRAPOLATE_TO.value
+        )
+        print(markdown)
+        written = (report.TABLE_MD, report.TABLE_CSV, *report.RUNS_FIGURES)
+        print(f"Wrote {', '.join(written)} to {_OUT.value}")
+        return
     out = _OUT.value or os.path.join(_WORKDIR.value, "report")
     markdown = report.write_report(_WORKDIR.value, out)
     print(markdown)
@@ -30,7 +59,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    # Here, not at import: importing this module (tests, other apps) must not
-    # make these flags required for every absl app in the process.
-    flags.mark_flags_as_required(["workdir"])
     cli.run(main)

@@ -2,7 +2,8 @@
 
 `bleu_vs_epsilon` (the paper's Figure 2), `learning_curves` (validation loss
 and BLEU by step) and `epsilon_vs_step` (ε spent by step), each from finished runs
-(`summary.load_runs`) or the aggregated rows (`summary.cell_rows`).
+(`summary.load_runs`) or the aggregated rows (`summary.cell_rows`);
+`curves_by_epoch` for published run folders (`runs_table`).
 """
 
 import math
@@ -146,6 +147,23 @@ def epsilon_vs_step(runs: list[summary.Run], path: str) -> None:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def curves_by_epoch(curves: dict[str, list[dict]], path: str) -> None:
+    """Validation loss and BLEU by epoch, one line per run (`runs_table.validation_curve`)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    metrics = (("loss", "validation loss (nats/token)"), ("bleu", "validation BLEU"))
+    for ax, (key, label) in zip(axes, metrics, strict=True):
+        for name, points in curves.items():
+            mine = [(p["epoch"], p[key]) for p in points if key in p]
+            ax.plot([p[0] for p in mine], [p[1] for p in mine], marker=".", label=name)
+        ax.set_xlabel("epoch (steps · L / N)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

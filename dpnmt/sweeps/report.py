@@ -1,12 +1,13 @@
-"""A sweep's privacy/utility report: the paper's Table 3 (Markdown, CSV) and its plots."""
+"""Privacy/utility reports: a sweep's Table 3 and plots, or one table of published run folders."""
 
 import os
 
 from dpnmt.errors import ConfigError
-from dpnmt.sweeps import plots, summary
+from dpnmt.sweeps import plots, runs_details, runs_table, summary
 
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 FIGURES = ("bleu_vs_epsilon.png", "learning_curves.png", "epsilon_vs_step.png")
+RUNS_FIGURES = ("learning_curves.png",)
 
 
 def write_report(workdir: str, out: str) -> str:
@@ -34,4 +35,45 @@ def write_report(workdir: str, out: str) -> str:
     plots.bleu_vs_epsilon(rows, os.path.join(out, FIGURES[0]))
     plots.learning_curves(runs, os.path.join(out, FIGURES[1]))
     plots.epsilon_vs_step(runs, os.path.join(out, FIGURES[2]))
+    return markdown
+
+
+def write_runs_report(
+    patterns: list[str], out: str, *, samples: int = 3, extrapolate_to: float | None = None
+) -> str:
+    """Writes one table of the finished run folders matched by `patterns` to `out`.
+
+    Every private run's ε is recomputed with dp_accounting first; a run that
+    disagrees is refused before anything is written.
+
+    Args:
+      patterns: run folders or globs (each folder holds results.json).
+      out: output folder: table.md (table, noise to signal, extrapolation,
+        sample translations), table.csv, learning_curves.png.
+      samples: test translations shown per run.
+      extrapolate_to: epoch to extrapolate validation BLEU to (default twice
+        each run's last epoch).
+
+    Returns:
+      The Markdown written to table.md.
+    """
+    runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
+    if not runs:
+        raise ConfigError(f"--runs matched no finished run ({len(not_finished)} not finished).")
+    rows = [runs_table.row(run) for run in runs]
+    markdown = "\n".join(
+        [
+            runs_table.to_markdown(rows, not_finished),
+            runs_details.noise_to_signal(runs),
+            runs_details.extrapolation(runs, extrapolate_to),
+            runs_details.samples(runs, samples),
+        ]
+    )
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, TABLE_MD), "w", encoding="utf-8") as f:
+        f.write(markdown)
+    with open(os.path.join(out, TABLE_CSV), "w") as f:
+        f.write(runs_table.to_csv(rows))
+    curves = {run.name: runs_table.validation_curve(run) for run in runs}
+    plots.curves_by_epoch(curves, os.path.join(out, RUNS_FIGURES[0]))
     return markdown

@@ -1,0 +1,212 @@
+"""One table from several published run folders (config.json, results.json, metrics.jsonl).
+
+Unlike `summary` (one sweep's grid, read through its sweep.json), this reads
+any finished run folders, e.g. the committed `docs/results/*`: one row per
+run, its ε recomputed with dp_accounting (`epsilon_check`) and a row whose
+reported ε disagrees refused by `load_runs`.
+"""
+
+import csv
+import dataclasses
+import glob
+import io
+import json
+import math
+import os
+
+from dpnmt.errors import ConfigError
+from dpnmt.sweeps import epsilon_check
+from dpnmt.sweeps.summary import as_float
+
+RESULTS, METRICS = "results.json", "metrics.jsonl"
+
+# (CSV name, Markdown header).
+COLUMNS = (
+    ("run", "run"),
+    ("sampling", "sampling"),
+    ("bleu", "test BLEU"),
+    ("chrf", "chrF"),
+    ("bertscore_f1", "BERTScore F1"),
+    ("epsilon", "ε DP-SGD"),
+    ("epsilon_total", "ε total"),
+    ("sigma", "σ"),
+    ("lot_size", "L"),
+    ("steps", "steps"),
+    ("epochs", "epochs"),
+    ("seconds_per_epoch", "s / epoch"),
+    ("epsilon_recomputed", "ε recomputed"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRun:
+    """A finished run folder: its name in the table, folder, results.json and ε check."""
+
+    name: str
+    folder: str
+    results: dict
+    check: epsilon_check.EpsilonCheck
+
+    @property
+    def privacy(self) -> dict:
+        """results.json's "privacy" object."""
+        return self.results["privacy"]
+
+    @property
+    def steps_per_epoch(self) -> float:
+        """N / L: expected lots per epoch (Poisson) or lots per epoch (shuffle)."""
+        return self.privacy["dataset_size"] / self.privacy["expected_lot_size"]
+
+    def sampling_label(self) -> str:
+        """'poisson', 'shuffle', or 'non-private (<sampling>)'."""
+        if not self.privacy["private"]:
+            return f"non-private ({self.privacy['sampling']})"
+        return self.privacy["sampling"]
+
+
+def expand(patterns: list[str]) -> list[str]:
+    """Run folders from folder names or globs, in the order given (globs sorted)."""
+    folders = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        folders += [m.rstrip("/") for m in matched if os.path.isdir(m)]
+        if not matched or not any(os.path.isdir(m) for m in matched):
+            raise ConfigError(f"--runs: {pattern!r} names no folder; give run folders or a glob.")
+    return list(dict.fromkeys(folders))
+
+
+def _names(folders: list[str]) -> list[str]:
+    """Each folder's path below the folders' common parent."""
+    common = os.path.commonpath([os.path.abspath(f) for f in folders]) if folders else ""
+    if len(folders) == 1:
+        common = os.path.dirname(common)
+    return [os.path.relpath(os.path.abspath(f), common) for f in folders]
+
+
+def load_runs(folders: list[str]) -> tuple[list[PublishedRun], list[str]]:
+    """The finished runs among `folders` and the names of the others.
+
+    Raises:
+      ConfigError: a folder without results.json, or a private run whose
+        reported ε disagrees with its recomputation (the report is refused).
+    """
+    runs, not_finished = [], []
+    for name, folder in zip(_names(folders), folders, strict=True):
+        path = os.path.join(folder, RESULTS)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{folder} has no {RESULTS}: give finished run folders in --runs.")
+        with open(path) as f:
+            results = json.load(f)
+        if not results.get("finished"):
+            not_finished.append(name)
+            continue
+        check = epsilon_check.check_run(results["privacy"])
+        if not check.agrees:
+            raise ConfigError(
+                f"{path}: the reported ε does not recompute ({check.note}); the run's "
+                "privacy record is wrong or edited: fix or drop the run before reporting it."
+            )
+        runs.append(PublishedRun(name, folder, results, check))
+    return runs, not_finished
+
+
+def row(run: PublishedRun) -> dict:
+    """The run's row keyed by the CSV names of `COLUMNS` (NaN: not scored or not published)."""
+    test, privacy = run.results["test"], run.privacy
+    return {
+        "run": run.name,
+        "sampling": run.sampling_label(),
+        "bleu": as_float(test.get("bleu")),
+        "chrf": as_float(test.get("chrf")),
+        "bertscore_f1": as_float(test.get("bertscore", {}).get("f1")),
+        "epsilon": as_float(privacy["dp_sgd_epsilon"]),
+        "epsilon_total": as_float(privacy["total_epsilon"]),
+        "sigma": as_float(privacy["noise_multiplier"]),
+        "lot_size": privacy["expected_lot_size"],
+        "steps": run.results["steps_done"],
+        "epochs": run.results["steps_done"] / run.steps_per_epoch,
+        "seconds_per_epoch": as_float(run.results.get("seconds_per_epoch")),
+        "epsilon_recomputed": math.nan if run.check.recomputed is None else run.check.recomputed,
+    }
+
+
+def _text(value, digits: int) -> str:
+    if isinstance(value, str):
+        return value
+    if math.isnan(value):
+        return "–"
+    return "∞" if math.isinf(value) else f"{value:.{digits}f}"
+
+
+DIGITS = {"bleu": 2, "chrf": 1, "bertscore_f1": 3, "epsilon": 2, "epsilon_total": 2}
+DIGITS |= {"sigma": 3, "lot_size": 0, "steps": 0, "epochs": 1, "seconds_per_epoch": 0}
+DIGITS |= {"epsilon_recomputed": 2}
+
+
+def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
+    """The table as Markdown, with notes on what each column is."""
+    lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join(_text(r[k], DIGITS.get(k, 0)) for k, _ in COLUMNS) + " |")
+    lines += [
+        "",
+        "Test split scores (BLEU, chrF: sacreBLEU, detokenised; BERTScore F1, '–' when "
+        "not scored). ε DP-SGD: each run's guarantee at its δ and planned steps (Poisson: "
+        "amplified by sampling; shuffle: composition over epochs, no amplification); ε total "
+        "adds the vocabulary's and a composed pretrained model's ε. ε recomputed: the same "
+        "DP-SGD ε recomputed with dp_accounting from σ, q = L/N, steps, δ and the sampling "
+        "in the run's results.json (a run that disagrees is refused). epochs = steps · L / N; "
+        "s / epoch: the run's last session.",
+    ]
+    if not_finished:
+        lines.append(f"\nNot in the table (not finished): {', '.join(not_finished)}.")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict]) -> str:
+    """The rows as CSV at full precision."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[k for k, _ in COLUMNS], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def private_validation(run: PublishedRun) -> bool:
+    """Whether a private run's validation pairs came from its private train split."""
+    return bool(run.privacy["private"] and run.results.get("validation_is_private"))
+
+
+def validation_curve(run: PublishedRun) -> list[dict]:
+    """Validation points by step: metrics.jsonl's `validation/*` if published, else the history.
+
+    Each point: {"step", "epoch", and "loss" / "bleu" when evaluated}. A step
+    logged twice (a resumed session redoing lots) keeps its last record.
+    Training loss is never read: a private run never publishes it. Empty for
+    a private run whose validation pairs were carved from its private train
+    split (`validation_is_private`): that curve is outside the guarantee.
+    """
+    if private_validation(run):
+        return []
+    by_step: dict[int, dict] = {}
+    metrics = os.path.join(run.folder, METRICS)
+    if os.path.isfile(metrics):
+        with open(metrics) as f:
+            for line in f:
+                record = json.loads(line)
+                values = {
+                    k.split("/", 1)[1]: v
+                    for k, v in record.items()
+                    if k in ("validation/loss", "validation/bleu")
+                }
+                if values:
+                    by_step[int(record["step"])] = values
+    if not by_step:
+        for point in run.results["history"]:
+            by_step[int(point["step"])] = {k: point[k] for k in ("loss", "bleu") if k in point}
+        final = run.results["validation"]
+        by_step[int(run.results["steps_done"])] = {k: final[k] for k in ("loss", "bleu")}
+    return [
+        {"step": step, "epoch": step / run.steps_per_epoch, **values}
+        for step, values in sorted(by_step.items())
+    ]

@@ -1,0 +1,163 @@
+"""`dpnmt.report --runs`: one table of published run folders, on the committed docs/results."""
+
+import csv
+import json
+import math
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+from dpnmt import report as report_app
+from dpnmt.errors import ConfigError
+from dpnmt.sweeps import epsilon_check, extrapolate, report, runs_table
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results"
+COMMITTED = sorted(p.parent for p in RESULTS.glob("**/results.json"))
+PRIVATE = [
+    p for p in COMMITTED if json.loads((p / "results.json").read_text())["privacy"]["private"]
+]
+
+
+def _copy(folder: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    target = tmp_path / "runs" / folder.relative_to(RESULTS)
+    shutil.copytree(folder, target)
+    return target
+
+
+def _edit_privacy(folder: pathlib.Path, **changes) -> None:
+    results = json.loads((folder / "results.json").read_text())
+    results["privacy"].update(changes)
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+def test_every_committed_private_run_recomputes_its_epsilon_with_dp_accounting():
+    assert {p.parent.name for p in PRIVATE} >= {"eps1-poisson", "eps8-poisson", "eps8-shuffle"}
+    for folder in PRIVATE:
+        privacy = json.loads((folder / "results.json").read_text())["privacy"]
+        check = epsilon_check.check_run(privacy)
+        assert check.agrees and check.recomputed is not None, (folder, check)
+        assert check.recomputed == pytest.approx(privacy["dp_sgd_epsilon"], rel=1e-3)
+        assert check.total_recomputed == pytest.approx(privacy["total_epsilon"], rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "run, changes",
+    [
+        ("multi30k/eps8-poisson/seed0", {"noise_multiplier": 0.6278367307634745 * 1.05}),
+        ("multi30k/eps8-poisson/seed0", {"steps_planned": 100}),
+        ("multi30k/eps8-poisson/seed0", {"total_epsilon": 7.99}),  # Vocabulary's ε dropped.
+        # A shuffled run's ε recomputed as if Poisson (the literature's mistake) is far smaller.
+        ("multi30k/eps8-shuffle/seed0", {"sampling": "poisson"}),
+        ("multi30k/eps1-poisson/seed0", {"dp_sgd_epsilon": 0.9}),
+    ],
+)
+def test_a_run_whose_epsilon_does_not_recompute_is_refused_before_writing(run, changes, tmp_path):
+    folder = _copy(RESULTS / run, tmp_path)
+    _edit_privacy(folder, **changes)
+    out = tmp_path / "report"
+    with pytest.raises(ConfigError, match="does not recompute.*DISAGREES"):
+        report.write_runs_report([str(folder)], str(out))
+    assert not out.exists()
+
+
+def test_a_nonprivate_run_claiming_a_finite_epsilon_is_refused(tmp_path):
+    folder = _copy(RESULTS / "multi30k/nonprivate-shuffle/seed0", tmp_path)
+    _edit_privacy(folder, dp_sgd_epsilon=8.0)
+    with pytest.raises(ConfigError, match="does not recompute"):
+        runs_table.load_runs([str(folder)])
+
+
+def test_table_rows_are_the_runs_results(tmp_path):
+    markdown = report.write_runs_report([str(RESULTS / "multi30k" / "*" / "seed0")], str(tmp_path))
+    with open(tmp_path / report.TABLE_CSV) as f:
+        rows = {r["run"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {
+        f"{c}/seed0" for c in ("eps1-poisson", "eps8-poisson", "eps8-shuffle", "nonprivate-shuffle")
+    }
+    for name, r in rows.items():
+        results = json.loads((RESULTS / "multi30k" / name / "results.json").read_text())
+        privacy = results["privacy"]
+        assert float(r["bleu"]) == results["test"]["bleu"]
+        assert float(r["epsilon"]) == float(privacy["dp_sgd_epsilon"])
+        assert float(r["sigma"]) == privacy["noise_multiplier"]
+        assert int(r["lot_size"]) == privacy["expected_lot_size"]
+        expected_epochs = (
+            results["steps_done"] * privacy["expected_lot_size"] / privacy["dataset_size"]
+        )
+        assert float(r["epochs"]) == pytest.approx(expected_epochs)
+        assert math.isnan(float(r["epsilon_recomputed"])) == (not privacy["private"])
+    assert "| eps8-poisson/seed0 | poisson | 0.39 |" in markdown
+    assert "eps8-poisson/seed0: noise σC√d/L = 2.52" in markdown  # From its noise_to_signal.json.
+    assert "eps8-shuffle/seed0: noise std per coordinate" in markdown  # None published: σC/L.
+    assert markdown.count(extrapolate.LABEL) >= 4
+    assert (tmp_path / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_curves_read_validation_only_from_metrics_jsonl_last_record_wins(tmp_path):
+    folder = _copy(RESULTS / "multi30k/eps8-poisson/seed0", tmp_path)
+    lines = [
+        {"step": 0, "validation/loss": 8.0},
+        {"step": 12, "train/loss": 1.0, "privacy/epsilon_spent": 5.0},
+        {"step": 12, "validation/loss": 7.0, "validation/bleu": 0.1},
+        {"step": 12, "validation/loss": 6.5, "validation/bleu": 0.2},  # A resumed session.
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    run = runs_table.load_runs([str(folder)])[0][0]
+    curve = runs_table.validation_curve(run)
+    assert [p["step"] for p in curve] == [0, 12]
+    assert curve[1] == {
+        "step": 12,
+        "epoch": pytest.approx(12 * 512 / 29000),
+        "loss": 6.5,
+        "bleu": 0.2,
+    }
+
+
+def test_a_private_runs_carved_validation_curve_is_not_shown(tmp_path):
+    folder = _copy(RESULTS / "multi30k/eps8-poisson/seed0", tmp_path)
+    results = json.loads((folder / "results.json").read_text())
+    results["validation_is_private"] = True
+    (folder / "results.json").write_text(json.dumps(results))
+    markdown = report.write_runs_report([str(folder)], str(tmp_path / "out"))
+    assert "seed0: validation carved from the private train split: not shown." in markdown
+    assert runs_table.validation_curve(runs_table.load_runs([str(folder)])[0][0]) == []
+
+
+def test_samples_come_from_the_published_test_decode(tmp_path):
+    folder = _copy(RESULTS / "multi30k/eps8-poisson/seed0", tmp_path)
+    (folder / "decode_test").mkdir()
+    (folder / "decode_test" / "hypotheses.test.txt").write_text(
+        "A man .\n\nTwo dogs .\nA fourth line\n"
+    )
+    markdown = report.write_runs_report([str(folder)], str(tmp_path / "out"), samples=3)
+    assert "  1. A man .\n  2. (empty)\n  3. Two dogs .\n" in markdown
+    assert "A fourth line" not in markdown
+
+
+def test_saturating_fit_recovers_a_known_curve_and_labels_extrapolation():
+    epochs = np.arange(1, 11, dtype=float)
+    bleu = 30 - 25 * np.exp(-epochs / 2.0)
+    fit = extrapolate.fit(epochs, bleu)
+    assert fit.plateau == pytest.approx(30, abs=1e-3) and fit.scale == pytest.approx(2, abs=1e-3)
+    curve = [{"epoch": e, "bleu": b} for e, b in zip(epochs, bleu, strict=True)]
+    line = extrapolate.describe("run", curve, at_epochs=20)
+    assert f"{extrapolate.LABEL}: {30 - 25 * np.exp(-10):.2f} at epoch 20.0, plateau 30.00" in line
+    # Still rising linearly: the plateau is not named.
+    rising = [{"epoch": e, "bleu": 0.5 * e} for e in epochs]
+    assert "plateau not identified" in extrapolate.describe("run", rising)
+    assert extrapolate.fit(epochs[:3], bleu[:3]) is None
+
+
+def test_app_needs_exactly_one_source_and_an_out_folder(tmp_path):
+    runs = f"--runs={RESULTS / 'multi30k' / '*' / 'seed0'}"
+    for extra, message in (([], "--runs needs --out"), ([f"--workdir={tmp_path}"], "exactly one")):
+        with flagsaver.flagsaver():
+            flags.FLAGS(["report", runs, *extra])
+            with pytest.raises(ConfigError, match=message):
+                report_app.main(["report"])
+    assert not any(tmp_path.iterdir())
