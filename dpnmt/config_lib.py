@@ -1,6 +1,7 @@
 """Experiment configs: the shared base config and `:variant` string parsing.
 
-`dpnmt.config_check` validates every field below before a run writes anything.
+`dpnmt.config.RunConfig.parse` reads these fields into typed sections and checks
+them all at once (`dpnmt.training.preflight` adds what needs files or the corpus).
 
 Config files in `configs/` call `make_config(arg, ...)`: `arg` is the text after
 the first `:` of `--config=configs/x.py:eps5,shuffle`. Privacy variants set the
