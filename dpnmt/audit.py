@@ -19,8 +19,9 @@ canaries. Logic: `dpnmt.auditing`.
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import auditing, cli, config_check
+from dpnmt import auditing, cli
 from dpnmt.auditing import canaries
+from dpnmt.training import preflight
 
 _DEFAULTS = auditing.AuditOptions()
 _CONFIG = config_flags.DEFINE_config_file(
@@ -59,7 +60,7 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     cli.setup_logging()
     # Before the audit writes its canaries: the trainer checks the rest.
-    config_check.check_static(_CONFIG.value, _WORKDIR.value)
+    preflight.check_static(_CONFIG.value, _WORKDIR.value)
     options = auditing.AuditOptions(
         num_canaries=_NUM_CANARIES.value,
         repeats=_REPEATS.value,

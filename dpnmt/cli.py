@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from dpnmt import config_check
+from dpnmt.config import check_override_flags
 from dpnmt.errors import InputError
 
 USAGE_EXIT_CODE = 2
@@ -45,12 +45,12 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     """Parses flags as absl does; a bad `--config.<field>` fails in one line.
 
     A field the config lacks is named with the closest field (from the base
-    config: `config_check.check_override_flags`); other errors in one line too.
+    config: `dpnmt.config.check_override_flags`); other errors in one line too.
     """
     try:
         return flags.FLAGS(list(argv))
     except Exception as error:  # noqa: BLE001 - any parse failure is the user's input.
-        problems = config_check.check_override_flags(argv[1:])
+        problems = check_override_flags(argv[1:])
         if problems:
             fail("\n".join(problems))
         root = _root_cause(error)

@@ -1,6 +1,7 @@
 """Experiment configs: the shared base config and `:variant` string parsing.
 
-`dpnmt.config_check` validates every field below before a run writes anything.
+`dpnmt.config.RunConfig.parse` reads these fields into typed sections and checks
+them all at once (`dpnmt.training.preflight` adds what needs files or the corpus).
 
 Config files in `configs/` call `make_config(arg, ...)`: `arg` is the text after
 the first `:` of `--config=configs/x.py:eps5,shuffle`. Privacy variants set the
@@ -9,12 +10,17 @@ valid ones.
 """
 
 import copy
-import math
 from collections.abc import Callable
 
 import ml_collections
 from ml_collections import config_dict
 
+from dpnmt.config.run import (  # noqa: F401 - the eval schedule's constants, re-exported.
+    EVAL_EXAMPLE_RATIO,
+    EVALUATIONS_PER_RUN,
+    FIXED_SEED_SWITCH,
+    RunConfig,
+)
 from dpnmt.errors import ConfigError
 
 # Privacy variants: target ε of DP-SGD (None = non-private training).
@@ -196,32 +202,11 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
-EVALUATIONS_PER_RUN = 10  # train.eval_every_steps=None: at most this many a run...
-# ...and at most one per this many times data.max_eval_examples trained examples.
-# Measured on Multi30K (README, "Where a run's time goes"): validating (decoding
-# and scoring K pairs) costs about as long as training on K examples, so
-# validations then take at most ~1/10 of the training time.
-EVAL_EXAMPLE_RATIO = 10
-
-
 def eval_every_steps(config: ml_collections.ConfigDict, num_steps: int) -> int:
-    """`train.eval_every_steps` resolved for a run of `num_steps` lots (0: only at the end).
-
-    Unset (None): every max(ceil(T / EVALUATIONS_PER_RUN), ceil(EVAL_EXAMPLE_RATIO *
-    data.max_eval_examples / L)) lots: a long run validates about ten times, a
-    short one rarely enough that validation does not dominate it.
-    """
-    every = config.train.eval_every_steps
-    if every is not None:
-        return every
-    per_run = math.ceil(num_steps / EVALUATIONS_PER_RUN)
-    per_examples = math.ceil(
-        EVAL_EXAMPLE_RATIO * config.data.max_eval_examples / config.train.expected_lot_size
-    )
-    return max(1, per_run, per_examples)
+    """`train.eval_every_steps` resolved for `num_steps` lots: `RunConfig.eval_every_steps`."""
+    return RunConfig.of(config).eval_every_steps(num_steps)
 
 
-FIXED_SEED_SWITCH = "testing_only_fixed_noise_seed_NO_PRIVACY"
 FIXED_SEED_NOTE = "fixed seed: no guarantee"
 
 
@@ -319,25 +304,14 @@ def make_config(
 
 
 def lora_targets(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-    """`model.lora_targets` ("q, v") as names ("q", "v"), repeats dropped."""
-    names = (part.strip() for part in str(config.model.lora_targets or "").split(","))
-    return tuple(dict.fromkeys(name for name in names if name))
+    """`model.lora_targets` ("q, v") as names ("q", "v"): `ModelConfig.lora_target_names`."""
+    return RunConfig.of(config).model.lora_target_names
 
 
 def tokenizer_kind(config: ml_collections.ConfigDict) -> str:
-    """`tokenizer.kind` resolved: "auto" is the model's own tokenizer for a pretrained model.
+    """`tokenizer.kind` resolved: `dpnmt.config.RunConfig.tokenizer_kind`.
 
     Raises:
       ConfigError: a learnt vocabulary asked for a pretrained model.
     """
-    kind, name = config.tokenizer.kind, config.model.name_or_path
-    if kind == "auto":
-        return "pretrained" if name is not None else "dp_sentencepiece"
-    if name is not None and kind != "pretrained":
-        raise ConfigError(
-            f"tokenizer.kind={kind!r} with model.name_or_path={name!r}: a pretrained model's "
-            "embedding rows belong to its own vocabulary, so a new vocabulary would give them "
-            "other meanings. Use tokenizer.kind=pretrained (or auto), or unset "
-            "model.name_or_path to train from scratch with your own vocabulary."
-        )
-    return kind
+    return RunConfig.of(config).tokenizer_kind

@@ -26,3 +26,11 @@ class UnreachableError(InputError, RuntimeError):
 
 class ModelUnavailableError(InputError, OSError):
     """A pretrained model or tokenizer is neither a local folder nor reachable on the hub."""
+
+
+def raise_problems(problems: list[str]) -> None:
+    """Raises every problem at once as one `ConfigError`, one per line (nothing when empty)."""
+    if problems:
+        if len(problems) == 1:
+            raise ConfigError(problems[0])
+        raise ConfigError(f"{len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems))

@@ -178,5 +178,69 @@ def plan_privacy(
         delta=float(dp_config.delta),
         accountant=dp_config.accountant,
         seed_is_secret=seed_is_secret,
-        noise_mode=dp_config.get("noise_mode", "float"),
+        noise_mode=getattr(dp_config, "noise_mode", "float"),
     )
+
+
+def size_problems(dp, train, dataset_size: int) -> list[str]:
+    """Problems that need N: the lot size below N, a reachable target ε.
+
+    Reachability is one accountant evaluation at the largest σ the calibration
+    tries (the run calibrates σ itself, once).
+    """
+    calibrate = dp.enabled and dp.noise_multiplier is None and dp.target_epsilon is not None
+    if calibrate:  # Stand-in σ: the plan's L, N, q and T do not depend on it.
+        dp = dataclasses.replace(dp, noise_multiplier=1.0)
+    try:
+        plan = plan_privacy(dp, train, dataset_size)
+    except ValueError as error:
+        return [str(error)]
+    if not calibrate:
+        return []
+    largest = core.accounting._MAX_NOISE_MULTIPLIER  # noqa: SLF001 - the calibration's range.
+    reached = dataclasses.replace(plan, noise_multiplier=largest).epsilon_after(plan.num_steps)
+    if reached > dp.target_epsilon:
+        return [
+            f"dp.target_epsilon={dp.target_epsilon:g} is unreachable: even σ={largest:g} gives "
+            f"ε={reached:.4g} (N={dataset_size}, q={plan.sampling_rate:.4g}, "
+            f"T={plan.num_steps}, {plan.sampling}); raise dp.target_epsilon or dp.delta, or "
+            "lower train.num_epochs."
+        ]
+    return []
+
+
+def suggested_delta(dataset_size: int) -> float:
+    """1/(10N) rounded down to a power of ten: a δ well below 1/N."""
+    return 10.0 ** math.floor(math.log10(1.0 / (10 * dataset_size)))
+
+
+def delta_problems(
+    dp, dataset_size: int, other_deltas: tuple[tuple[str, float], ...] = ()
+) -> list[str]:
+    """A private run's total δ at or above 1/N is refused unless `dp.allow_large_delta`.
+
+    δ ≥ 1/N admits a mechanism that publishes a random training example in full.
+    The total is DP-SGD's δ plus the DP vocabulary's and a composed pretrained
+    export's (`training.pretrained_privacy`).
+
+    Args:
+      dp: `config.dp` (a `dpnmt.config.PrivacyConfig`).
+      dataset_size: N.
+      other_deltas: (what it is, δ) of each mechanism composed with DP-SGD.
+    """
+    if not dp.enabled or dp.allow_large_delta or not isinstance(dp.delta, (int, float)):
+        return []
+    parts = [f"dp.delta={dp.delta:g}"]
+    total = float(dp.delta)
+    for what, delta in other_deltas:
+        total += float(delta)
+        parts.append(what)
+    if total * dataset_size < 1:
+        return []
+    parts_text = parts[0] if len(parts) == 1 else f"{' + '.join(parts)}: total δ={total:g}"
+    return [
+        f"{parts_text} is at least 1/N = {1 / dataset_size:.3g} (N={dataset_size} training "
+        "pairs after preprocessing): such a δ allows publishing a random training example "
+        f"in full. Use e.g. dp.delta={suggested_delta(dataset_size):g} (1/(10N) rounded "
+        "down to a power of ten), or set dp.allow_large_delta=True to accept it."
+    ]

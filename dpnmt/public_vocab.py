@@ -22,8 +22,9 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, config_check
-from dpnmt.data import public_vocab
+from dpnmt import cli
+from dpnmt.data import public_checks, public_vocab
+from dpnmt.errors import raise_problems
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file whose public vocabulary to build (optional)."
@@ -54,9 +55,9 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     if config is not None:
-        config_check.raise_problems(
-            config_check.public_corpora_problems(config)
-            + config_check.measure_split_problems(config, _MEASURE.value, _MEASURE_SPLIT.value)
+        raise_problems(
+            public_checks.public_corpora_problems(config)
+            + public_checks.measure_split_problems(config, _MEASURE.value, _MEASURE_SPLIT.value)
         )
     corpora = _CORPORA.value or (config.tokenizer.public_corpora if config else "")
     if not corpora:
@@ -75,14 +76,14 @@ def main(argv):
         measured = public_vocab.load_measured(
             _MEASURE.value,
             f"{spec.languages[0]}-{spec.languages[1]}",
-            **config_check.measure_options(config, _MEASURE.value),
+            **public_checks.measure_options(config, _MEASURE.value),
         )
         if config is not None and config.dp.enabled:
             from dpnmt.training import pieces  # Only here: it imports the model code.
 
             private = pieces.load_corpus(config)
-            config_check.raise_problems(
-                config_check.measured_content_problems(
+            raise_problems(
+                public_checks.measured_content_problems(
                     config, _MEASURE.value, _MEASURE_SPLIT.value, measured, private
                 )
             )

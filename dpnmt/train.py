@@ -4,7 +4,7 @@ r"""Trains a DP seq2seq translation model.
 
 The logic lives in `dpnmt.training.loop` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
-The whole config is checked before anything is written (`dpnmt.config_check`);
+The whole config is checked before anything is written (`dpnmt.training.preflight`);
 a bad input prints one line naming the field and the fix (exit status 2).
 
 Several processes (hosts) train one run together on JAX's distributed runtime:

@@ -248,7 +248,7 @@ def resolve_length_buckets(
 
     Raises:
       ValueError: a bad spec, or explicit lengths while `lengths_known` is
-        False (`config_check` refuses that combination first).
+        False (`length_bucket_problems` refuses that combination first).
     """
     lengths = parse_lengths(spec, max_source_length, max_target_length)
     if not lengths:
@@ -285,3 +285,25 @@ def _check_lengths(
             f"(data.max_source_length={max_source_length}, data.max_target_length="
             f"{max_target_length}); end the list with {longest}."
         )
+
+
+def length_bucket_problems(data, process_count: int) -> list[str]:
+    """Problems of `data.length_buckets` (`data`: a `dpnmt.config.DataConfig`) on N processes."""
+    spec = data.length_buckets
+    max_source, max_target = data.max_source_length, data.max_target_length
+    if not (isinstance(max_source, int) and isinstance(max_target, int)):
+        return []  # Reported by the ranges.
+    try:
+        lengths = parse_lengths(spec, max_source, max_target)
+    except ValueError as error:
+        return [str(error)]
+    mode = data.tokenize_train
+    if lengths and data.tokenize_per_lot(process_count) and spec.strip().lower() != AUTO:
+        return [
+            f"{FIELD}={spec!r} needs every row's lengths before its lot is fetched, but the "
+            f"train split is tokenized per lot (data.tokenize_train={mode!r}"
+            f"{' on several processes' if mode == 'auto' else ''}); set "
+            "data.tokenize_train='upfront' (every process tokenizes the whole split) or "
+            f"{FIELD}='none'."
+        ]
+    return []

@@ -23,7 +23,8 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, config_check
+from dpnmt import cli
+from dpnmt.config import RunConfig
 from dpnmt.data import corpora, languages, preprocess, tokenizers
 from dpnmt.errors import ModelUnavailableError
 
@@ -65,7 +66,7 @@ def resolve_settings() -> Settings:
         settings = Settings(
             corpus=config.data.corpus,
             pair=config.data.pair,
-            options=config_check.corpus_options(config),
+            options=RunConfig.of(config).data.corpus_options(),
             family=config.model.family,
             max_source_length=config.data.max_source_length,
             max_target_length=config.data.max_target_length,

@@ -252,7 +252,7 @@ def build_and_measure(
       measure: a corpus name (e.g. "files:multi30k") whose `measure_split`
         is encoded, each side on its own.
       measure_split: "train", "validation" or "test"; a public split (a private
-        corpus's train split is private: `config_check.measure_split_problems`).
+        corpus's train split is private: `data.public_checks.measure_split_problems`).
       measured: `measure` as already loaded (`load_measured`); None: loaded here.
 
     Returns:

@@ -13,9 +13,10 @@ import time
 from absl import logging
 
 import dpnmt
-from dpnmt import config_check
+from dpnmt.errors import raise_problems
 from dpnmt.sweeps import grid
 from dpnmt.training import compilation_cache
+from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, TOKENIZER_FILE
 
 TAIL_LINES = 40  # Lines of a failed run's log kept in its private/last_error.txt.
 
@@ -113,7 +114,7 @@ def run_sweep(
     for warning in grid.check_overrides(overrides):
         logging.warning(warning)
     configs = {spec: grid.resolve_config(config_path, spec, overrides) for spec in specs}
-    config_check.raise_problems(config_check.sweep_workdir_problems(workdir))
+    raise_problems(sweep_workdir_problems(workdir))
     grid.check_configs(configs)
     published = grid.published_overrides(overrides)
     os.makedirs(workdir, exist_ok=True)
@@ -222,3 +223,18 @@ def status_lines(manifest: dict, specs: list[grid.RunSpec], workdir: str) -> tup
             last = tail.strip().splitlines()[-1:]
             lines.append(f"      {last[0] if last else ''}")
     return "\n".join(lines), failed
+
+
+def sweep_workdir_problems(workdir: str) -> list[str]:
+    """Problems of a sweep folder: it must not be a training run's workdir."""
+    held = [
+        n
+        for n in (CONFIG_FILE, CHECKPOINT_DIR, TOKENIZER_FILE)
+        if os.path.exists(os.path.join(workdir, n))
+    ]
+    if held and not os.path.exists(os.path.join(workdir, grid.MANIFEST_FILE)):
+        return [
+            f"--workdir={workdir} holds a training run ({', '.join(held)}), not a sweep; give "
+            "the sweep a folder of its own."
+        ]
+    return []

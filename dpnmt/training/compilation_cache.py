@@ -13,6 +13,7 @@ import os
 import jax
 
 from dpnmt.errors import ConfigError
+from dpnmt.training.run_dir import PRIVATE_DIR
 
 AUTO, OFF = "auto", "off"
 # What "auto" means on this machine, if set: "off" or a folder (tests set "off").
@@ -89,3 +90,23 @@ def enable(setting: str) -> str | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     logging.info("Compiled programs are cached in %s (train.compilation_cache).", folder)
     return folder
+
+
+def in_workdir_problems(setting: str, workdir: str | None) -> list[str]:
+    """`train.compilation_cache` inside the published workdir (outside its private/) is refused.
+
+    Which shapes compile can depend on private lot content (length buckets).
+    """
+    folder = resolve(setting)
+    if not workdir or folder is None or problems(setting):
+        return []
+    folder, root = os.path.realpath(folder), os.path.realpath(workdir)
+    private = os.path.join(root, PRIVATE_DIR)
+    inside = os.path.commonpath([folder, root]) == root
+    if inside and os.path.commonpath([folder, private]) != private:
+        return [
+            f"train.compilation_cache resolves to {folder}, inside --workdir={workdir} "
+            "(published): which shapes compile can depend on private lots; use a folder "
+            f"outside it or under its {PRIVATE_DIR}/."
+        ]
+    return []

@@ -9,16 +9,17 @@ import dataclasses
 import json
 import logging
 import os
-import re
 from typing import Any
 
 import datasets
 import jax
 import ml_collections
 
-from dpnmt import config_check, config_lib, models
+from dpnmt import config_lib, models
+from dpnmt.config import RunConfig
 from dpnmt.data import corpora, dp_sentencepiece, health, public_vocab, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
+from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ConfigError, ModelUnavailableError
 from dpnmt.models import lora
@@ -28,7 +29,7 @@ from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 
 def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
     """The corpus named by `config.data`, train split limited if asked."""
-    options = config_check.corpus_options(config)  # data.dir -> data_dir, ...
+    options = RunConfig.of(config).data.corpus_options()  # data.dir -> data_dir, ...
     corpus = corpora.load_corpora(
         config.data.corpus,
         config.data.pair,
@@ -41,24 +42,6 @@ def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
         logging.info("Keeping the first %d training pairs (data.max_train_examples).", limit)
         corpus["train"] = corpus["train"].select(range(limit))
     return corpus
-
-
-# How `dpnmt.data.corpora` records a validation split carved off the end of train
-# (its `info.description`): "last N pairs of <file>" or a hub "<split>[cut:]".
-_CARVED_VALIDATION = re.compile(r"^validation: (last \d+ \w+ of |hub .* split \S+\[\d+:\]$)")
-
-
-def validation_is_carved_from_train(corpus: datasets.DatasetDict) -> bool:
-    """Whether the corpus's validation pairs were carved from its (private) train split.
-
-    Read from the origins the corpus loader records in each split's
-    `info.description`. Such pairs are private data: their loss and BLEU are
-    published unnoised, outside the guarantee.
-    """
-    if "validation" not in corpus:
-        return False
-    description = corpus["validation"].info.description or ""
-    return bool(_CARVED_VALIDATION.match(description))
 
 
 @contextlib.contextmanager

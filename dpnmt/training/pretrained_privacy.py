@@ -238,7 +238,7 @@ def claim_at_start(
     """The claim a session trains under: the one recorded when the run started, when resuming.
 
     A fresh run (no checkpoint) reads the starting model's record now
-    (`pretrained_claim`, refusing as `config_check` does); the caller records
+    (`pretrained_claim`, refusing as `training.preflight` does); the caller records
     it (`RunDir.write_pretrained`). A resumed run keeps the recorded claim: the
     base model's folder or hub repo may have changed since. A resumed run from
     before the record was written reads it now, and says so.

@@ -20,7 +20,8 @@ import ml_collections
 import numpy as np
 
 from dpnmt import atomic_file, config_lib, core
-from dpnmt.errors import ConfigError, InputError
+from dpnmt.config.fields import flatten
+from dpnmt.errors import ConfigError, InputError, raise_problems
 
 CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
@@ -44,6 +45,7 @@ SESSIONS_FILE = "sessions"
 # Where a session's wall time went (`train.profile`): in private/ for a private run.
 PROFILE_FILE = "profile.json"
 NOISE_TO_SIGNAL_FILE = "noise_to_signal.json"  # In private/ when validation is private.
+SWEEP_MANIFEST_FILE = "sweep.json"  # dpnmt.sweeps.grid.MANIFEST_FILE (a sweep's folder).
 
 
 def _json_default(value):
@@ -113,15 +115,11 @@ class RunDir:
 
         A workdir is bound to its config once it holds a checkpoint; one holding
         only a learnt vocabulary is bound in the fields the vocabulary depends on
-        (`config_check.binding_changes`: learning it again would spend privacy
+        (`binding_changes`: learning it again would spend privacy
         again). Otherwise a corrected config simply replaces the old one.
         """
-        # Deferred: config_check reads this module's file names.
-        from dpnmt import config_check
-
         config = config_lib.published_config(config)  # config.json never holds the seed.
-        problems = config_check.workdir_problems(self.path, config)
-        config_check.raise_problems(problems)
+        raise_problems(workdir_problems(self.path, config))
         resolved = json.loads(config.to_json_best_effort())
         try:
             os.makedirs(self.path, exist_ok=True)
@@ -282,3 +280,142 @@ class RunDir:
         if out.get("generator_state") is not None:
             out["generator_state"] = np.asarray(out["generator_state"], np.uint8)
         return out
+
+
+# A learnt vocabulary depends on these (prefixes end in "."): the train text
+# (corpus, pair, folder, carving, truncation to K pairs), how it is learnt, and
+# its noise seed (`training.pieces.build_tokenizer`). A workdir holding a vocabulary
+# but no checkpoint accepts a config that differs in other fields only.
+VOCABULARY_FIELDS = (
+    "data.corpus",
+    "data.corpus_weights",
+    "data.pair",
+    "data.dir",
+    "data.validation_size",
+    "data.bsd_train_split",
+    "data.max_train_examples",
+    "tokenizer.",
+    "noise_seed",
+    "model.name_or_path",
+)
+
+
+# Fields a resumed run may change: they change how, not what, it trains (the
+# examples, N, lots and noise are the same).
+# `dp.allow_large_delta` changes what is accepted, not what trains or is claimed.
+# `model.pretrained_data_disjoint` changes the claimed ε (the export's is not
+# composed): it binds once the run has started, like the fields that change what
+# trains (a run from before it resumes with it at its default, False).
+NOT_BINDING_FIELDS = frozenset(
+    {
+        "data.tokenize_train",
+        "data.length_buckets",
+        "train.profile",
+        "train.compilation_cache",
+        "dp.allow_large_delta",
+    }
+)
+
+
+def _trained(workdir: str) -> bool:
+    """Whether a session trained at least one step here (metrics logged after step 0)."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        for line in f:
+            try:
+                if json.loads(line).get("step", 0) > 0:
+                    return True
+            except (json.JSONDecodeError, AttributeError):
+                return True  # Unreadable: assume the worst.
+    return False
+
+
+def _is_bound(workdir: str) -> tuple[bool, bool]:
+    """(bound in every field, holds a learnt vocabulary).
+
+    Every field binds once a checkpoint exists, or once a session trained
+    (metrics after step 0 may be published, and the noise seed in private/ is
+    reused by a rerun: a different config would be a second, unaccounted use).
+    """
+    checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
+    has_checkpoint = os.path.isdir(checkpoints) and bool(os.listdir(checkpoints))
+    fully = has_checkpoint or _trained(workdir)
+    return fully, os.path.exists(os.path.join(workdir, TOKENIZER_FILE))
+
+
+def _depends_vocabulary(field: str) -> bool:
+    return any(field == f or (f.endswith(".") and field.startswith(f)) for f in VOCABULARY_FIELDS)
+
+
+def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str]:
+    """Fields in which `config` differs from the run `workdir` is bound to.
+
+    A workdir is bound once it holds a checkpoint or trained a step (every
+    field but `NOT_BINDING_FIELDS` counts), or a learnt vocabulary only (only
+    `VOCABULARY_FIELDS` count: nothing else has been spent or released yet).
+
+    Returns:
+      The differing fields, sorted; empty when unbound or the same.
+    """
+    return _binding_diff(workdir, config)[0]
+
+
+def _binding_diff(workdir: str, config: ml_collections.ConfigDict) -> tuple[list[str], dict, dict]:
+    """(`binding_changes`, the run's flattened config.json, `config` flattened)."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    fully_bound, has_vocabulary = _is_bound(workdir)
+    if not os.path.exists(path) or not (fully_bound or has_vocabulary):
+        return [], {}, {}
+    with open(path) as f:
+        previous = flatten(json.load(f))
+    current = flatten(json.loads(config.to_json_best_effort()))
+    # A field newer than the workdir's config.json, at its default, is not a
+    # change: new fields default to the behaviour the run had.
+    defaults = flatten(json.loads(config_lib.base_config().to_json_best_effort()))
+    newer = {k for k in current.keys() - previous.keys() if defaults.get(k, ...) != current[k]}
+    changed = sorted(
+        (previous.keys() - current.keys())
+        | newer
+        | {k for k, v in current.items() if previous.get(k, v) != v}
+    )
+    changed = [k for k in changed if k not in NOT_BINDING_FIELDS]
+    if not fully_bound:
+        changed = [k for k in changed if _depends_vocabulary(k)]
+    return changed, previous, current
+
+
+def workdir_problems(
+    workdir: str | None, config: ml_collections.ConfigDict | None = None
+) -> list[str]:
+    """Problems of a train workdir: unset, a file, a sweep folder, unwritable, bound elsewhere."""
+    if not workdir:
+        return ["--workdir is required: the run's output folder."]
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        return [f"--workdir={workdir} is a file; give a folder."]
+    if os.path.exists(os.path.join(workdir, SWEEP_MANIFEST_FILE)):
+        return [
+            f"--workdir={workdir} is a sweep folder (it holds {SWEEP_MANIFEST_FILE}); train in a "
+            "new folder, or rerun the sweep (python -m dpnmt.sweep) to resume its runs."
+        ]
+    existing = workdir
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing.rstrip(os.sep)) or "."
+    if not os.access(existing, os.W_OK):
+        return [f"--workdir={workdir} is not writable ({existing}); choose another folder."]
+    if config is not None:  # config.json holds the published config (no noise seed).
+        changed, run, now = _binding_diff(workdir, config_lib.published_config(config))
+        if changed:
+            differ = "; ".join(
+                f"{k}: run {run.get(k, '(absent)')!r}, now {now.get(k, '(absent)')!r}"
+                for k in changed
+            )
+            resume = " ".join(f"--config.{k}={run[k]}" for k in changed if k in run and k in now)
+            return [
+                f"--workdir={workdir} holds a run with a different config (fields differ: "
+                f"{differ}); use a new --workdir, or resume with the run's values"
+                + (f": {resume}" if resume else "")
+                + "."
+            ]
+    return []

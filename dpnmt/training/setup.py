@@ -18,11 +18,11 @@ import ml_collections
 import optax
 import orbax.checkpoint as ocp
 
-from dpnmt import bridge, config_check, config_lib, core, distributed, privacy
+from dpnmt import bridge, config_lib, core, distributed, privacy
 from dpnmt.data import preprocess, tokenizers
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
-from dpnmt.training import checkpointing, pieces, pretrained_privacy, steps
+from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
 from dpnmt.training.privacy_report import PretrainedClaim, privacy_report
 from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
@@ -198,7 +198,7 @@ def build_run(
         # workdir: no race with its own writes below).
         config_lib.check_noise_seed(config)
         distributed.on_primary(
-            lambda: config_check.check_run(
+            lambda: preflight.check_run(
                 config, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
             ),
             "validating the config",

@@ -5,9 +5,10 @@ import os
 
 import pytest
 
-from dpnmt import config_check, config_lib
+from dpnmt import config_lib
 from dpnmt.data import corpora
 from dpnmt.errors import ConfigError, InputError
+from dpnmt.training import preflight
 
 
 def _folder(root, name, rows, validation=None, test=None):
@@ -98,13 +99,13 @@ def _config(corpus: str, *, private: bool, weights=()):
 
 def test_a_private_run_over_several_corpora_or_weights_is_refused(two, tmp_path):
     a, b = two
-    problems = config_check.config_problems(_config(f"{a},{b}", private=True), device_count=1)
+    problems = preflight.config_problems(_config(f"{a},{b}", private=True), device_count=1)
     assert any("accounting for mixing" in p for p in problems), problems
     for weights in ((2.0,), (1.0,)):  # Any weights at all: (1.0,) is no exception.
         weighted = _config(a, private=True, weights=weights)
-        problems = config_check.config_problems(weighted, device_count=1)
+        problems = preflight.config_problems(weighted, device_count=1)
         assert any("accounting for mixing" in p for p in problems), (weights, problems)
-    assert not config_check.config_problems(_config(f"{a},{b}", private=False), device_count=1)
+    assert not preflight.config_problems(_config(f"{a},{b}", private=False), device_count=1)
     # Refused before anything is written: the workdir is never created.
     from dpnmt.training import setup
 
@@ -116,11 +117,11 @@ def test_a_private_run_over_several_corpora_or_weights_is_refused(two, tmp_path)
 
 def test_weights_must_match_the_corpora(two):
     a, b = two
-    problems = config_check.config_problems(
+    problems = preflight.config_problems(
         _config(f"{a},{b}", private=False, weights=(1.0,)), device_count=1
     )
     assert any("1 weights for 2 corpora" in p for p in problems), problems
-    problems = config_check.config_problems(
+    problems = preflight.config_problems(
         _config(f"{a},{b}", private=False, weights=(1.0, 0.0)), device_count=1
     )
     assert any("> 0" in p for p in problems), problems

@@ -44,13 +44,13 @@ def test_a_new_vocabulary_for_a_pretrained_model_is_refused(model_dir, tmp_path,
 
 
 def test_the_up_front_check_refuses_a_new_vocabulary_for_a_pretrained_model(model_dir):
-    from dpnmt import config_check
+    from dpnmt.training import preflight
 
     config = config_lib.base_config()
     config.model.name_or_path = model_dir
     config.tokenizer.kind = "dp_sentencepiece"
-    problems = config_check.config_problems(config, device_count=1)
+    problems = preflight.config_problems(config, device_count=1)
     assert any("embedding rows belong to its own vocabulary" in p for p in problems), problems
     config.tokenizer.kind = "auto"
     config.dp.target_epsilon = 8.0
-    assert not config_check.config_problems(config, device_count=1)
+    assert not preflight.config_problems(config, device_count=1)

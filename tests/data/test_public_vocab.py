@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from dpnmt import config_check, config_lib
-from dpnmt.data import public_vocab
+from dpnmt import config_lib
+from dpnmt.data import public_checks, public_vocab
 from dpnmt.errors import ConfigError
-from dpnmt.training import pieces, setup
+from dpnmt.training import pieces, preflight, setup
 from tests.data.conftest import generated_sentences
 
 
@@ -124,12 +124,12 @@ def test_the_private_corpus_is_refused_as_public_however_it_is_named(tmp_path, m
     public = _corpus(tmp_path / "data" / "public", seed=2)
     monkeypatch.setenv("DPNMT_DATA_DIR", str(tmp_path / "data"))
     for name in (f"files:{private}", "files:private", f"detok:files:{private}/"):
-        problems = config_check.config_problems(
+        problems = preflight.config_problems(
             _private_config(private, f"files:{public},{name}"), device_count=1
         )
         assert any("private training data" in p for p in problems), (name, problems)
     fine = _private_config(private, "files:public")
-    assert not config_check.config_problems(fine, device_count=1)
+    assert not preflight.config_problems(fine, device_count=1)
 
 
 def _partial_copy(folder, private, rows):
@@ -161,7 +161,7 @@ def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypat
         ("files:public,files:some", "'files:some' holds more than 1% of the distinct de sent"),
     ]
     for public, expected in cases:
-        assert not config_check.config_problems(config(public), device_count=1), public
+        assert not preflight.config_problems(config(public), device_count=1), public
         workdir = tmp_path / "run"
         with pytest.raises(ConfigError) as error:
             setup.build_run(config(public), str(workdir))
@@ -173,7 +173,7 @@ def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypat
     # Public text sharing no sentence, or under 1% of a side, is accepted.
     for public in ("files:public", "files:public,files:few"):
         workdir = tmp_path / "fine"
-        config_check.check_run(config(public), str(workdir), load_corpus=pieces.load_corpus)
+        preflight.check_run(config(public), str(workdir), load_corpus=pieces.load_corpus)
         assert not workdir.exists()
 
 
@@ -181,7 +181,7 @@ def test_public_corpora_need_the_runs_pair(tmp_path):
     public = _corpus(tmp_path / "public", seed=2)
     config = _private_config(tmp_path / "nowhere", f"files:{public}")
     config.data.pair = "fr-en"
-    problems = config_check.public_corpora_problems(config)
+    problems = public_checks.public_corpora_problems(config)
     assert problems and "fr-en" in problems[0], problems
 
 
@@ -234,11 +234,11 @@ def test_the_app_refuses_to_measure_a_dp_configs_private_train_split(tmp_path, c
     # The same corpus's train split under a non-private config is its data to measure.
     nonprivate = config_lib.make_config("nonprivate")
     nonprivate.data.corpus = f"files:{private}"
-    assert not config_check.measure_split_problems(nonprivate, f"files:{private}", "train")
+    assert not public_checks.measure_split_problems(nonprivate, f"files:{private}", "train")
     dp = _private_config(private, f"files:{public}")
-    assert config_check.measure_split_problems(dp, f"files:{private}", "train")
-    assert not config_check.measure_split_problems(dp, f"files:{private}", "validation")
-    assert not config_check.measure_split_problems(dp, f"files:{public}", "train")
+    assert public_checks.measure_split_problems(dp, f"files:{private}", "train")
+    assert not public_checks.measure_split_problems(dp, f"files:{private}", "validation")
+    assert not public_checks.measure_split_problems(dp, f"files:{public}", "train")
 
 
 def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refused(
@@ -254,9 +254,9 @@ def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refu
     own = pieces.load_corpus(dp)
 
     def problems(measure, split):
-        options = config_check.measure_options(dp, measure)
+        options = public_checks.measure_options(dp, measure)
         measured = public_vocab.load_measured(measure, "de-en", **options)
-        return config_check.measured_content_problems(dp, measure, split, measured, own)
+        return public_checks.measured_content_problems(dp, measure, split, measured, own)
 
     (carved,) = problems(f"files:{private}/", "validation")
     assert "carved from its train split" in carved

@@ -8,7 +8,10 @@ import re
 
 import pytest
 
-from dpnmt import config_check, config_lib
+from dpnmt import config_lib
+from dpnmt.config import fields as config_fields_lib
+from dpnmt.config import sections as config_sections
+from dpnmt.training import preflight, run_dir
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
@@ -82,7 +85,7 @@ def test_every_config_file_passes_validation(name, variant, monkeypatch):
 
     # The hub is offline in tests: answer as it does for google/mt5-small (no dpnmt.json).
     monkeypatch.setattr(pretrained, "find_file", lambda name_or_path, filename: None)
-    problems = config_check.config_problems(_load(name).get_config(variant), device_count=8)
+    problems = preflight.config_problems(_load(name).get_config(variant), device_count=8)
     if name == "files":  # Its corpus folder is a placeholder the user sets.
         assert len(problems) == 1 and problems[0].startswith("data.corpus='files:data'")
     else:
@@ -91,36 +94,43 @@ def test_every_config_file_passes_validation(name, variant, monkeypatch):
 
 def test_every_enum_field_is_a_base_field_with_a_valid_default():
     config = config_lib.base_config()
-    fields = config_check.config_fields(config)
-    for field, allowed in config_check.ENUM_FIELDS.items():
+    fields = config_fields_lib.config_fields(config)
+    enums = {
+        f"{section.NAME}.{name}": allowed
+        for section in config_sections.SECTIONS
+        for name, allowed in section().choices().items()
+    }
+    assert len(enums) >= 12
+    for field, allowed in enums.items():
         assert field in fields
-        default = config_check._get(config, field)
+        default = config_fields_lib.field_value(config, field)
         assert default is None or default in allowed, field
 
 
 def test_vocabulary_fields_are_config_fields():
-    fields = config_check.config_fields()
-    for prefix in config_check.VOCABULARY_FIELDS:
+    fields = config_fields_lib.config_fields()
+    for prefix in run_dir.VOCABULARY_FIELDS:
         assert any(f == prefix or f.startswith(prefix) for f in fields), prefix
 
 
 def test_a_field_newer_than_the_workdir_binds_only_off_its_default(tmp_path):
     """A run made before a field existed resumes while the field keeps its default."""
-    from dpnmt import config_check, config_lib
+    from dpnmt import config_lib
+    from dpnmt.training import run_dir
 
     config = config_lib.base_config()
     published = json.loads(config.to_json_best_effort())
     del published["model"]["finetune"]  # As written before the field existed.
-    (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
-    (tmp_path / config_check.CHECKPOINT_DIR / "1").mkdir(parents=True)
-    assert config_check.binding_changes(str(tmp_path), config) == []
+    (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
+    (tmp_path / run_dir.CHECKPOINT_DIR / "1").mkdir(parents=True)
+    assert run_dir.binding_changes(str(tmp_path), config) == []
     config.model.finetune = "bias"
-    assert config_check.binding_changes(str(tmp_path), config) == ["model.finetune"]
+    assert run_dir.binding_changes(str(tmp_path), config) == ["model.finetune"]
     del published["train"]["learning_rate"]  # A field the workdir has and the code lost...
     published["train"]["no_longer_a_field"] = 1  # ...or one the code no longer knows.
-    (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
+    (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     config.model.finetune = "all"
-    assert config_check.binding_changes(str(tmp_path), config) == ["train.no_longer_a_field"]
+    assert run_dir.binding_changes(str(tmp_path), config) == ["train.no_longer_a_field"]
 
 
 def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
@@ -128,13 +138,13 @@ def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
     config = config_lib.base_config()
     assert config.dp.noise_mode == "float"
     config.dp.noise_mode = "secure_mode"
-    problems = config_check.config_problems(config, device_count=8)
+    problems = preflight.config_problems(config, device_count=8)
     assert any(p.startswith("dp.noise_mode='secure_mode' is unknown") for p in problems)
     config.dp.noise_mode = "float"
     published = json.loads(config.to_json_best_effort())
     del published["dp"]["noise_mode"]  # As written before the field existed.
-    (tmp_path / config_check.CONFIG_FILE).write_text(json.dumps(published))
-    (tmp_path / config_check.CHECKPOINT_DIR / "1").mkdir(parents=True)
-    assert config_check.binding_changes(str(tmp_path), config) == []
+    (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
+    (tmp_path / run_dir.CHECKPOINT_DIR / "1").mkdir(parents=True)
+    assert run_dir.binding_changes(str(tmp_path), config) == []
     config.dp.noise_mode = "secure"  # Resuming it with other noise would change the run.
-    assert config_check.binding_changes(str(tmp_path), config) == ["dp.noise_mode"]
+    assert run_dir.binding_changes(str(tmp_path), config) == ["dp.noise_mode"]

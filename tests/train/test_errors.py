@@ -7,10 +7,12 @@ import shutil
 import datasets
 import pytest
 
-from dpnmt import config_check, config_lib
+from dpnmt import config_lib
+from dpnmt.config import fields as config_fields_lib
 from dpnmt.errors import ConfigError, InputError
 from dpnmt.evaluation import decode as decode_lib
-from dpnmt.training import loop, pieces, run_dir, setup
+from dpnmt.sweeps import runner
+from dpnmt.training import loop, pieces, preflight, run_dir, setup
 
 ROWS = [(f"Satz Nummer {i} hier", f"Sentence number {i} here") for i in range(120)]
 
@@ -92,8 +94,8 @@ def test_bad_field_fails_before_the_workdir_is_made(tmp_path, field, value, fix)
 def test_every_problem_is_reported_at_once(tmp_path):
     config = _config(tmp_path)
     config.train.optimizer, config.dp.l2_clip = "adamm", -1.0
-    problems = config_check.config_problems(config, device_count=1)
-    assert [p.split("=")[0] for p in problems] == ["train.optimizer", "dp.l2_clip"]
+    problems = preflight.config_problems(config, device_count=1)
+    assert sorted(p.split("=")[0] for p in problems) == ["dp.l2_clip", "train.optimizer"]
 
 
 def test_private_run_without_target_or_sigma_is_refused(tmp_path):
@@ -129,12 +131,12 @@ def test_a_sweep_folder_is_not_a_train_workdir(tmp_path):
 
 def test_a_train_workdir_is_not_a_sweep_folder(tmp_path):
     (tmp_path / run_dir.CONFIG_FILE).write_text("{}")
-    problems = config_check.sweep_workdir_problems(str(tmp_path))
+    problems = runner.sweep_workdir_problems(str(tmp_path))
     assert len(problems) == 1 and "holds a training run (config.json)" in problems[0]
 
 
 def test_unknown_override_names_the_closest_field():
-    problems = config_check.check_override_flags(["--config.dp.epsilon=1", "--config.seed=2"])
+    problems = config_fields_lib.check_override_flags(["--config.dp.epsilon=1", "--config.seed=2"])
     assert problems == ["--config.dp.epsilon: no field dp.epsilon; did you mean dp.target_epsilon?"]
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import bridge, config_check, config_lib, core, privacy, training
+from dpnmt import bridge, config_lib, core, privacy, training
 from dpnmt.bridge.dataset import INPUT_IDS, LABELS
-from dpnmt.training import pieces
+from dpnmt.training import pieces, preflight, run_dir
 
 MAX_SOURCE, MAX_TARGET, PAD, EOS, VOCAB = 24, 20, 0, 1, 40
 PHYSICAL_BATCH = 4
@@ -145,14 +145,14 @@ def test_padding_rows_of_a_bucketed_microbatch_contribute_exactly_zero(tiny):
 def test_config_check_names_the_field_and_the_fix():
     config = config_lib.base_config()
     assert config.data.length_buckets == "auto"
-    assert not [p for p in config_check.config_problems(config) if "length_buckets" in p]
+    assert not [p for p in preflight.config_problems(config) if "length_buckets" in p]
     config.data.length_buckets = "16,32"  # Below max_source_length = 64.
-    (problem,) = [p for p in config_check.config_problems(config) if "length_buckets" in p]
+    (problem,) = [p for p in preflight.config_problems(config) if "length_buckets" in p]
     assert problem.startswith("data.length_buckets='16,32'") and "end the list with 64" in problem
     config.data.length_buckets = "16,64"
     config.data.tokenize_train = "per_lot"
-    (problem,) = [p for p in config_check.config_problems(config) if "length_buckets" in p]
+    (problem,) = [p for p in preflight.config_problems(config) if "length_buckets" in p]
     assert "data.tokenize_train='upfront'" in problem and "data.length_buckets='none'" in problem
     config.data.length_buckets = "auto"  # Auto: off per lot, not an error.
-    assert not [p for p in config_check.config_problems(config) if "length_buckets" in p]
-    assert "data.length_buckets" in config_check.NOT_BINDING_FIELDS  # A resume may change it.
+    assert not [p for p in preflight.config_problems(config) if "length_buckets" in p]
+    assert "data.length_buckets" in run_dir.NOT_BINDING_FIELDS  # A resume may change it.

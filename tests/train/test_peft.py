@@ -16,17 +16,17 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import bridge, config_check, config_lib, core, models, privacy, release, training
+from dpnmt import bridge, config_lib, core, models, privacy, release, training
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
-from dpnmt.training import loop, pieces
+from dpnmt.training import loop, pieces, preflight
 from tests.markers import needs_data
 
 
 def _model_problems(**fields):
     config = config_lib.make_config("eps8")
     config.model.update(fields)
-    return [p for p in config_check.config_problems(config, device_count=1) if "model." in p]
+    return [p for p in preflight.config_problems(config, device_count=1) if "model." in p]
 
 
 def test_config_checks_name_the_field_and_the_fix(tmp_path):

@@ -140,7 +140,8 @@ def test_profile_and_cache_do_not_bind_a_workdir(tmp_path):
 
 
 def test_a_cache_inside_the_published_workdir_is_refused(tmp_path):
-    from dpnmt import config_check, config_lib
+    from dpnmt import config_lib
+    from dpnmt.training import compilation_cache
 
     config = config_lib.base_config()
     workdir = tmp_path / "run"
@@ -150,7 +151,9 @@ def test_a_cache_inside_the_published_workdir_is_refused(tmp_path):
         (tmp_path / "elsewhere", False),
     ):
         config.train.compilation_cache = str(folder)
-        problems = config_check.cache_in_workdir_problems(config, str(workdir))
+        problems = compilation_cache.in_workdir_problems(
+            config.train.compilation_cache, str(workdir)
+        )
         assert bool(problems) == refused, (folder, problems)
         if refused:
             assert "inside --workdir" in problems[0] and "private/" in problems[0]

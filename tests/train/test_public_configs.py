@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from dpnmt import config_check, config_lib
+from dpnmt import config_lib
+from dpnmt.config import fields as config_fields_lib
 from dpnmt.data import corpora, public_vocab
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -83,10 +84,12 @@ def test_dp_vocab_config_is_the_committed_runs_config(cell):
     config = _get_config(ROOT / "configs" / "multi30k_dp_vocab.py", f"{privacy},{sampling}")
     for text in overrides:
         field, value = text[len("--config.") :].split("=")
-        config.update_from_flattened_dict({field: type(config_check._get(config, field))(value)})
-    now = config_check.flatten(json.loads(config.to_json_best_effort()))
-    then = config_check.flatten(committed)
-    defaults = config_check.flatten(json.loads(config_lib.base_config().to_json_best_effort()))
+        config.update_from_flattened_dict(
+            {field: type(config_fields_lib.field_value(config, field))(value)}
+        )
+    now = config_fields_lib.flatten(json.loads(config.to_json_best_effort()))
+    then = config_fields_lib.flatten(committed)
+    defaults = config_fields_lib.flatten(json.loads(config_lib.base_config().to_json_best_effort()))
     differ = {k for k in now.keys() | then.keys() if now.get(k) != then.get(k, defaults.get(k))}
     assert differ <= {"seed", "noise_seed"}, {k: (then.get(k), now.get(k)) for k in differ}
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from collections.abc import Sequence
 
 import datasets
@@ -272,3 +273,21 @@ def download(url_template: str, splits: Sequence[str], folder_names: Sequence[st
             f"Could not download {list(urls.values())} ({type(e).__name__}: {e}). "
             + offline_hint(folder_names)
         ) from e
+
+
+# How `dpnmt.data.corpora` records a validation split carved off the end of train
+# (its `info.description`): "last N pairs of <file>" or a hub "<split>[cut:]".
+_CARVED_VALIDATION = re.compile(r"^validation: (last \d+ \w+ of |hub .* split \S+\[\d+:\]$)")
+
+
+def validation_is_carved_from_train(corpus) -> bool:
+    """Whether the corpus's validation pairs were carved from its (private) train split.
+
+    Read from the origins the corpus loader records in each split's
+    `info.description`. Such pairs are private data: their loss and BLEU are
+    published unnoised, outside the guarantee.
+    """
+    if "validation" not in corpus:
+        return False
+    description = corpus["validation"].info.description or ""
+    return bool(_CARVED_VALIDATION.match(description))

@@ -13,7 +13,7 @@ fraction) and shuffled with a fixed seed, so `data.max_train_examples` keeps a
 proportional sample; validation and test are the FIRST corpus's. That is for
 non-private runs: a DP run's N, q and guarantee come from its private corpus
 alone, and mixing public pairs into its train split is refused
-(`dpnmt.config_check`) until the accounting for it exists.
+(`dpnmt.data.checks`) until the accounting for it exists.
 """
 
 import dataclasses

@@ -1,0 +1,115 @@
+"""The ConfigDict edge: dotted field names, unknown-field messages, rule helpers.
+
+Sections (`dpnmt.config.sections`) describe their problems with these helpers
+so every message has one form: the dotted field, its value, what it must be.
+"""
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import ml_collections
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def field_value(config: ml_collections.ConfigDict, field: str) -> Any:
+    """The value of dotted `field` ("dp.delta") in `config`."""
+    value = config
+    for part in field.split("."):
+        value = value[part]
+    return value
+
+
+def config_fields(config: ml_collections.ConfigDict | None = None) -> list[str]:
+    """Every leaf field of `config` (default: the base config), dotted."""
+    from dpnmt import config_lib  # noqa: PLC0415 - config_lib imports this package.
+
+    config = config_lib.base_config() if config is None else config
+    return sorted(flatten(config.to_dict()))
+
+
+def unknown_field_message(field: str, known: Iterable[str]) -> str:
+    """The line for an unknown field, with the closest known one (`no field dp.epsilon; ...`)."""
+    known = list(known)
+    close = difflib.get_close_matches(field, known, n=1, cutoff=0.5)
+    if not close:  # Same group, closest leaf name ("dp.epsilon" -> "dp.target_epsilon").
+        group, _, leaf = field.rpartition(".")
+        leaves = [k for k in known if k.rpartition(".")[0] == group]
+        by_leaf = [k for k in leaves if leaf and leaf in k.rpartition(".")[2]]
+        close = by_leaf[:1] or difflib.get_close_matches(field, leaves, n=1, cutoff=0.3)
+    hint = f"did you mean {close[0]}?" if close else "see dpnmt/config_lib.py for the fields."
+    return f"no field {field}; {hint}"
+
+
+def check_override_flags(argv: Iterable[str], known: Iterable[str] | None = None) -> list[str]:
+    """One line for each `--config.<field>` flag naming a field the config lacks.
+
+    Args:
+      argv: command-line arguments (`--config.dp.epsilon=1`, `--noconfig.x`, ...).
+      known: the config's fields (default: the base config's).
+
+    Returns:
+      Problems, one line each with the closest field; empty when all are known.
+    """
+    known = set(config_fields() if known is None else known)
+    problems = []
+    for arg in argv:
+        match = re.match(r"^--(?:no)?config\.([^=\s]+)", arg)
+        if match and match.group(1) not in known:
+            problems.append(
+                f"--config.{match.group(1)}: {unknown_field_message(match.group(1), known)}"
+            )
+    return problems
+
+
+def choice_problems(field: str, value: Any, allowed: Iterable[str]) -> list[str]:
+    """`field=value is unknown (did you mean ...); use one of [...]` unless `value` is allowed."""
+    allowed = tuple(allowed)
+    if value in allowed:
+        return []
+    close = difflib.get_close_matches(str(value), allowed, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return [f"{field}={value!r} is unknown{hint}; use one of {list(allowed)}."]
+
+
+def range_problems(field: str, value: Any, test: Callable[[Any], bool], must: str) -> list[str]:
+    """`field=value must be <must>.` unless `test(value)`; None (unset) passes."""
+    if value is None:
+        return []
+    try:
+        ok = bool(test(value))
+    except TypeError:
+        ok = False
+    return [] if ok else [f"{field}={value!r} must be {must}."]
+
+
+def at_least(low: int) -> Callable[[Any], bool]:
+    """A test: the value is >= low."""
+    return lambda v: v >= low
+
+
+def positive_finite(v: Any) -> bool:
+    """A test: 0 < v < inf."""
+    return v > 0 and math.isfinite(v)
+
+
+def unit_open(v: Any) -> bool:
+    """A test: 0 < v < 1."""
+    return 0 < v < 1
+
+
+def unit_right_open(v: Any) -> bool:
+    """A test: 0 <= v < 1."""
+    return 0 <= v < 1

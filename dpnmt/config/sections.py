@@ -1,0 +1,376 @@
+"""A run's configuration as frozen, typed sections, each naming its own problems.
+
+One dataclass per ConfigDict section (`data`, `tokenizer`, `model`, `dp`,
+`train`, `eval`). Choices are `Literal` types; `problems()` checks what the
+section alone can tell (choices, ranges, fields that must agree) and returns
+one line per problem naming the field, the value and the fix. Rules that need
+the file system, the corpus, the devices or another section live with their
+owners (`dpnmt.config.run.RunConfig.problems`, `training.setup.config_problems`).
+Defaults equal `config_lib.base_config()`'s (tested); fields are documented there.
+"""
+
+import dataclasses
+import re
+import types
+import typing
+from typing import Literal
+
+from dpnmt.config.fields import (
+    at_least,
+    choice_problems,
+    positive_finite,
+    range_problems,
+    unit_open,
+    unit_right_open,
+)
+
+TokenizeTrain = Literal["auto", "upfront", "per_lot"]
+BsdSplit = Literal["train", "dev"]
+TokenizerKind = Literal[
+    "auto", "pretrained", "dp_sentencepiece", "sentencepiece_public", "sentencepiece_private"
+]
+ModelType = Literal["unigram", "bpe"]
+Family = Literal["none", "t5", "mbart"]  # dpnmt.data.preprocess.FAMILIES (tested).
+Finetune = Literal["all", "lora", "bias"]
+Accountant = Literal["pld", "rdp"]  # core.accounting.Accountant (tested).
+Sampling = Literal["poisson", "shuffle"]  # dpnmt.privacy.POISSON, SHUFFLE.
+Clipping = Literal["ghost", "vmap"]  # core.private_grad.CLIPPING_METHODS (tested).
+NoiseMode = Literal["float", "secure"]  # core.noise.NOISE_MODES (tested).
+Optimizer = Literal["sgd", "adam", "adamw", "adafactor"]
+Decay = Literal["constant", "linear", "cosine"]
+
+
+class Section:
+    """Shared by the sections: `NAME` (the ConfigDict key) and the rule helpers."""
+
+    NAME: typing.ClassVar[str]
+
+    def choices(self) -> dict[str, tuple[str, ...]]:
+        """Every `Literal` field of this section and its allowed values."""
+        hints = typing.get_type_hints(type(self))
+        out = {}
+        for field in dataclasses.fields(self):
+            hint = hints[field.name]
+            if typing.get_origin(hint) is Literal:
+                out[field.name] = typing.get_args(hint)
+            elif typing.get_origin(hint) in (typing.Union, types.UnionType):
+                literals = [a for a in typing.get_args(hint) if typing.get_origin(a) is Literal]
+                if literals:
+                    out[field.name] = typing.get_args(literals[0])
+        return out
+
+    def choice_problems(self) -> list[str]:
+        """A value outside its `Literal` (None passes where the type allows it)."""
+        hints = typing.get_type_hints(type(self))
+        problems = []
+        for name, allowed in self.choices().items():
+            value = getattr(self, name)
+            if value is None and type(None) in typing.get_args(hints[name]):
+                continue
+            problems += choice_problems(f"{self.NAME}.{name}", value, allowed)
+        return problems
+
+    def ranges(self, rules) -> list[str]:
+        """Problems of (field, test, what it must be) rules; unset (None) fields pass."""
+        problems = []
+        for name, test, must in rules:
+            problems += range_problems(f"{self.NAME}.{name}", getattr(self, name), test, must)
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(Section):
+    """`config.data`: the corpus, its split sizes, lengths and how train is tokenized."""
+
+    NAME: typing.ClassVar[str] = "data"
+    corpus: str = "clinspen"
+    corpus_weights: tuple[float, ...] = ()
+    pair: str = "es-en"
+    dir: str | None = None
+    validation_size: int | None = None
+    bsd_train_split: BsdSplit | None = None
+    max_source_length: int = 64
+    max_target_length: int = 64
+    max_train_examples: int | None = None
+    max_eval_examples: int = 200
+    max_test_examples: int | None = None
+    detokenize: bool = False
+    tokenize_train: TokenizeTrain = "auto"
+    length_buckets: str = "auto"
+
+    # config.data field -> the corpus loader option it feeds (`corpora.CORPORA`).
+    CORPUS_OPTIONS: typing.ClassVar[dict[str, str]] = {
+        "dir": "data_dir",
+        "validation_size": "validation_size",
+        "bsd_train_split": "train_split",
+    }
+
+    def problems(self) -> list[str]:
+        """Choices and ranges of the data fields."""
+        return self.choice_problems() + self.ranges(
+            (
+                ("max_source_length", at_least(1), ">= 1 (tokens per source)"),
+                ("max_target_length", at_least(1), ">= 1 (tokens per target)"),
+                ("max_train_examples", at_least(1), ">= 1 (or unset for all)"),
+                ("max_eval_examples", at_least(1), ">= 1"),
+                ("max_test_examples", at_least(1), ">= 1 (or unset for all)"),
+                ("validation_size", at_least(1), ">= 1 (or unset)"),
+            )
+        )
+
+    def corpus_options(self) -> dict[str, typing.Any]:
+        """The corpus loader's keyword options (unset fields left out)."""
+        return {
+            option: getattr(self, name)
+            for name, option in self.CORPUS_OPTIONS.items()
+            if getattr(self, name) is not None
+        }
+
+    def tokenize_per_lot(self, process_count: int) -> bool:
+        """Whether the train split is tokenized per lot (`tokenize_train` resolved)."""
+        mode = self.tokenize_train
+        return mode == "per_lot" or (mode == "auto" and process_count > 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerConfig(Section):
+    """`config.tokenizer`: how the vocabulary is made (`RunConfig.tokenizer_kind` resolves it)."""
+
+    NAME: typing.ClassVar[str] = "tokenizer"
+    kind: TokenizerKind = "auto"
+    vocab_size: int = 1000
+    model_type: ModelType = "unigram"
+    public_text_paths: tuple[str, ...] = ()
+    public_corpora: str = ""
+    private_data_ok: bool = False
+    dp_noise_stddev: float = 20.0
+    dp_delta: float = 1e-9
+    dp_max_words: int = 64
+
+    def problems(self) -> list[str]:
+        """Choices and ranges of the tokenizer fields (the DP ones: `dp_problems`)."""
+        return self.choice_problems() + self.ranges(
+            (
+                ("vocab_size", at_least(8), ">= 8 pieces"),
+                ("dp_max_words", at_least(1), ">= 1"),
+            )
+        )
+
+    def dp_problems(self) -> list[str]:
+        """Ranges of DP-SentencePiece's noise and δ (checked when it is the resolved kind)."""
+        return self.ranges(
+            (
+                ("dp_noise_stddev", positive_finite, "> 0"),
+                ("dp_delta", unit_open, "in (0, 1)"),
+            )
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Section):
+    """`config.model`: pretrained or from-scratch T5, and which parameters train."""
+
+    NAME: typing.ClassVar[str] = "model"
+    name_or_path: str | None = None
+    pretrained_data_disjoint: bool = False
+    family: Family = "t5"
+    source_prefix: str | None = None
+    d_model: int = 128
+    d_kv: int = 32
+    d_ff: int = 256
+    num_layers: int = 2
+    num_decoder_layers: int = 2
+    num_heads: int = 4
+    feed_forward_proj: str = "gated-gelu"
+    dropout_rate: float = 0.1
+    trainable: str | None = None
+    finetune: Finetune = "all"
+    lora_rank: int = 0
+    lora_alpha: float | None = None
+    lora_targets: str = "q,v"
+
+    @property
+    def lora_target_names(self) -> tuple[str, ...]:
+        """`lora_targets` ("q, v") as names ("q", "v"), repeats dropped."""
+        names = (part.strip() for part in str(self.lora_targets or "").split(","))
+        return tuple(dict.fromkeys(name for name in names if name))
+
+    def problems(self) -> list[str]:
+        """Choices, ranges, the trainable regex, and finetune/LoRA fields that agree."""
+        problems = self.choice_problems() + self.ranges(
+            (
+                ("d_model", at_least(1), ">= 1"),
+                ("d_kv", at_least(1), ">= 1"),
+                ("d_ff", at_least(1), ">= 1"),
+                ("num_layers", at_least(1), ">= 1"),
+                ("num_decoder_layers", at_least(1), ">= 1"),
+                ("num_heads", at_least(1), ">= 1"),
+                ("dropout_rate", unit_right_open, "in [0, 1)"),
+                ("lora_rank", at_least(0), ">= 0 (0: no adapters)"),
+                ("lora_alpha", positive_finite, "> 0 (or unset: alpha = rank)"),
+            )
+        )
+        if self.trainable is not None:
+            try:
+                re.compile(self.trainable)
+            except re.error as error:
+                problems.append(
+                    f"model.trainable={self.trainable!r} is not a regex ({error}); fix it."
+                )
+        return problems + self._finetune_problems()
+
+    def _finetune_problems(self) -> list[str]:
+        mode, rank = self.finetune, self.lora_rank
+        if not isinstance(rank, int) or rank < 0:
+            return []  # Named by the range check.
+        problems = []
+        if mode == "lora" and rank == 0:
+            problems.append(
+                "model.finetune='lora' needs model.lora_rank >= 1 (the adapters' rank, e.g. 8)."
+            )
+        if rank > 0 and mode != "lora":
+            problems.append(
+                f"model.lora_rank={rank} adds adapters, but model.finetune={mode!r} would not "
+                "train them alone: set model.finetune='lora' (or model.lora_rank=0)."
+            )
+        if mode in ("lora", "bias") and self.trainable is not None:
+            problems.append(
+                f"model.trainable={self.trainable!r} and model.finetune={mode!r} both "
+                "choose the trained parameters; unset model.trainable (it applies to "
+                "finetune='all')."
+            )
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyConfig(Section):
+    """`config.dp`: whether DP-SGD runs, its target, clipping, δ, accounting and sampling."""
+
+    NAME: typing.ClassVar[str] = "dp"
+    enabled: bool = True
+    target_epsilon: float | None = None
+    noise_multiplier: float | None = None
+    l2_clip: float = 1.0
+    delta: float = 1e-8
+    allow_large_delta: bool = False
+    accountant: Accountant = "pld"
+    sampling: Sampling = "poisson"
+    secure_rng: bool = False
+    clipping: Clipping = "ghost"
+    clipping_chunk: int = 0
+    noise_mode: NoiseMode = "float"
+
+    @property
+    def calibrates_noise(self) -> bool:
+        """Whether σ is calibrated to `target_epsilon` (a private run without a given σ)."""
+        return self.enabled and self.noise_multiplier is None and self.target_epsilon is not None
+
+    def problems(self) -> list[str]:
+        """Choices, the chunk size, and (a private run) C, δ, and ε or σ."""
+        problems = self.choice_problems() + self.ranges(
+            (("clipping_chunk", at_least(0), ">= 0 (0: the whole micro-batch at once)"),)
+        )
+        if not self.enabled:
+            return problems  # A non-private run has no clipping or noise.
+        problems += self.ranges(
+            (
+                ("l2_clip", positive_finite, "> 0 (the clipping norm C)"),
+                ("delta", unit_open, "in (0, 1), e.g. 1e-8 (below 1/N)"),
+                ("target_epsilon", positive_finite, "> 0"),
+                ("noise_multiplier", positive_finite, "> 0 (or use :nonprivate)"),
+            )
+        )
+        if self.target_epsilon is None and self.noise_multiplier is None:
+            problems.append(
+                "A private run needs dp.target_epsilon (σ is calibrated) or dp.noise_multiplier "
+                "(ε is reported); set one, or use the :nonprivate variant."
+            )
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Section):
+    """`config.train`: lots, micro-batches, the optimizer and the run's rhythm."""
+
+    NAME: typing.ClassVar[str] = "train"
+    expected_lot_size: int = 64
+    physical_batch_size: int = 16
+    num_epochs: int = 2
+    optimizer: Optimizer = "adam"
+    learning_rate: float = 1e-3
+    warmup_steps: int = 5
+    decay: Decay = "linear"
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.0
+    eval_every_steps: int | None = None
+    early_stopping_patience: int = 0
+    checkpoint_every_steps: int = 50
+    log_every_steps: int = 10
+    profile: bool = False
+    compilation_cache: str = "auto"
+
+    def problems(self) -> list[str]:
+        """Choices and ranges of the training fields."""
+        return self.choice_problems() + self.ranges(
+            (
+                ("expected_lot_size", at_least(1), ">= 1 (L, examples per lot)"),
+                ("physical_batch_size", at_least(1), ">= 1 (rows per micro-batch)"),
+                (
+                    "num_epochs",
+                    lambda v: v >= 1 and float(v).is_integer(),
+                    "a whole number >= 1",
+                ),
+                ("learning_rate", positive_finite, "> 0"),
+                ("warmup_steps", at_least(0), ">= 0"),
+                ("weight_decay", at_least(0), ">= 0"),
+                ("label_smoothing", unit_right_open, "in [0, 1) (0: plain cross-entropy)"),
+                ("eval_every_steps", at_least(0), ">= 0 (0: only at the end; unset: auto)"),
+                ("early_stopping_patience", at_least(0), ">= 0 (0: never stop early)"),
+                ("checkpoint_every_steps", at_least(1), ">= 1"),
+                ("log_every_steps", at_least(1), ">= 1"),
+            )
+        )
+
+    def device_problems(self, device_count: int) -> list[str]:
+        """The micro-batch must split evenly over `device_count` devices."""
+        b = self.physical_batch_size
+        if isinstance(b, int) and b >= 1 and b % device_count:
+            fix = max(1, round(b / device_count)) * device_count
+            return [
+                f"train.physical_batch_size={b} must be a multiple of the {device_count} "
+                f"devices; use e.g. {fix}."
+            ]
+        return []
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig(Section):
+    """`config.eval`: decoding and scoring of validation and test splits."""
+
+    NAME: typing.ClassVar[str] = "eval"
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    max_new_tokens: int = 64
+    batch_size: int = 32
+    bertscore: bool = False
+    bertscore_model: str | None = None
+
+    def problems(self) -> list[str]:
+        """Ranges of the decoding fields."""
+        return self.ranges(
+            (
+                ("num_beams", at_least(1), ">= 1 (1: greedy)"),
+                ("max_new_tokens", at_least(1), ">= 1"),
+                ("batch_size", at_least(1), ">= 1"),
+            )
+        )
+
+
+SECTIONS: tuple[type[Section], ...] = (
+    DataConfig,
+    TokenizerConfig,
+    ModelConfig,
+    PrivacyConfig,
+    TrainConfig,
+    EvalConfig,
+)

@@ -1,0 +1,90 @@
+"""What `config.data` asks of the corpora that exist, and N from a corpus's text.
+
+The rules the data section alone can check are `dpnmt.config.DataConfig.problems`.
+"""
+
+import os
+
+from dpnmt.config import RunConfig
+from dpnmt.data import corpora, languages, preprocess
+from dpnmt.errors import InputError
+
+
+def kept_pairs(train, pair: str) -> int:
+    """N: train pairs `preprocess` keeps (neither side empty), from the text alone."""
+    direction = languages.parse_pair(pair)
+    kept = 0
+    for batch in train.iter(batch_size=10_000):
+        sources = [t[direction.source] for t in batch["translation"]]
+        targets = [t[direction.target] for t in batch["translation"]]
+        source_empty, target_empty = preprocess.empty_sides(sources, targets)
+        kept += sum(not (s or t) for s, t in zip(source_empty, target_empty, strict=True))
+    return kept
+
+
+def corpus_identity(registry_name: str) -> str:
+    """What a corpus name reads: a `files:` folder's real path, else the name itself."""
+    corpus, argument = corpora.lookup(registry_name)
+    if corpus.name == "files":
+        return "files:" + os.path.realpath(corpora.files.resolve_folder(argument))
+    return registry_name
+
+
+def _mixture_problems(config) -> list[str]:
+    """Several corpora (or weights) in `data.corpus`: well formed, and never in a DP run."""
+    spec, weights = config.data.corpus, tuple(config.data.corpus_weights)
+    try:
+        entries = corpora.parse_corpus_names(spec)
+        problems = corpora.mixture.check_weights(spec, weights)
+    except InputError as error:
+        return [str(error)]
+    if config.dp.enabled and (len(entries) > 1 or weights):
+        problems.append(
+            f"data.corpus={spec!r}"
+            + (f" with data.corpus_weights={weights!r}" if weights else "")
+            + " in a private run: a DP run's N, q and guarantee come from its private corpus "
+            "alone, and the accounting "
+            "for mixing in (or repeating) other pairs is not implemented. Give one corpus and "
+            "no weights, or pre-train on the public mixture in a non-private run first."
+        )
+    return problems
+
+
+def data_problems(config) -> list[str]:
+    """Problems of `config.data` against the corpora that exist (and a DP run's one corpus)."""
+    config = RunConfig.of(config)
+    problems = []
+    try:
+        languages.parse_pair(config.data.pair)
+    except ValueError as error:
+        problems.append(f"data.pair={config.data.pair!r}: {error}")
+    mixture_problems = _mixture_problems(config)
+    try:
+        first = corpora.mixture.first_registry_name(config.data.corpus)
+        accepted = corpora.accepted_options(first)
+    except InputError:
+        return [*problems, *mixture_problems]
+    problems += mixture_problems
+    options = config.data.CORPUS_OPTIONS
+    for name, option in options.items():
+        value = getattr(config.data, name)
+        if value is not None and option not in accepted:
+            takes = [f"data.{f}" for f, o in options.items() if o in accepted]
+            problems.append(
+                f"data.{name}={value!r}: corpus {config.data.corpus!r} does not use it (it takes "
+                f"{takes or 'none of the data options'}); unset it."
+            )
+    if config.data.dir is not None and not os.path.isdir(config.data.dir):
+        problems.append(
+            f"data.dir={config.data.dir!r} is not a folder; give the corpus folder (or the data "
+            f"root holding it), or unset it to use ${corpora.DATA_DIR_ENV} or the download."
+        )
+    for entry in corpora.parse_corpus_names(config.data.corpus):
+        corpus, argument = corpora.lookup(entry.registry_name)
+        if corpus.name == "files" and not os.path.isdir(corpora.files.resolve_folder(argument)):
+            problems.append(
+                f"data.corpus={config.data.corpus!r}: folder {argument} does not exist here or "
+                f"under ${corpora.DATA_DIR_ENV}; give a "
+                "folder of train/validation/test files (README: 'Your own data and model')."
+            )
+    return problems

@@ -1,0 +1,117 @@
+"""Every check of a run before it writes a file or spends privacy, in order, all at once.
+
+The rules live with their owners: each config section's `problems()`
+(`dpnmt.config`), the corpora (`data.checks`), public vocabulary text
+(`data.public_checks`), the models (`models.checks`), length buckets
+(`bridge.buckets`), a pretrained export's record (`training.pretrained_privacy`),
+the compilation cache, the workdir (`training.run_dir`) and, once N is known
+from the corpus text, the privacy plan (`dpnmt.privacy`). This module asks
+them in order and raises every problem as one `ConfigError`.
+"""
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import ml_collections
+
+from dpnmt import privacy
+from dpnmt.bridge import buckets
+from dpnmt.config import RunConfig
+from dpnmt.data import checks as data_checks
+from dpnmt.data import public_checks
+from dpnmt.errors import raise_problems
+from dpnmt.models import checks as model_checks
+from dpnmt.training import compilation_cache, pretrained_privacy
+from dpnmt.training.run_dir import workdir_problems
+
+
+def config_problems(
+    config: ml_collections.ConfigDict, *, device_count: int | None = None
+) -> list[str]:
+    """Every problem of `config` found without reading the corpus, one line each.
+
+    Args:
+      config: the resolved experiment config.
+      device_count: devices the batch is split over (default `jax.device_count()`).
+
+    Returns:
+      Problems naming the field and the fix; empty when none.
+    """
+    device_count = jax.device_count() if device_count is None else device_count
+    run, unknown = RunConfig.build(config)
+    return [
+        *unknown,
+        *run.problems(),
+        *public_checks.public_source_problems(run),
+        *model_checks.model_problems(run.model),
+        *pretrained_privacy.pretrained_problems(config),
+        *data_checks.data_problems(run),
+        *buckets.length_bucket_problems(run.data, jax.process_count()),
+        *run.train.device_problems(device_count),
+        *compilation_cache.problems(run.train.compilation_cache),
+    ]
+
+
+def check_static(config: ml_collections.ConfigDict, workdir: str | None) -> None:
+    """Raises every problem of `config` and `workdir` found without reading the corpus."""
+    raise_problems(
+        [
+            *config_problems(config),
+            *workdir_problems(workdir, config),
+            *compilation_cache.in_workdir_problems(config.train.compilation_cache, workdir),
+        ]
+    )
+
+
+def check_run(
+    config: ml_collections.ConfigDict,
+    workdir: str | None,
+    *,
+    load_corpus: Callable[[ml_collections.ConfigDict], Any],
+    corpus_transform: Callable[[Any], Any] | None = None,
+) -> None:
+    """Validates a training run completely before it writes a file or spends privacy.
+
+    First the config and workdir alone (`check_static`), then, from the corpus
+    text (reading it writes nothing), what needs N (L < N, a reachable ε, δ
+    below 1/N) or the text itself (public vocabulary text that is the corpus's).
+
+    Args:
+      config: the resolved experiment config.
+      workdir: the run's folder (need not exist).
+      load_corpus: `config -> DatasetDict` (`training.pieces.load_corpus`).
+      corpus_transform: as for `training.loop.train_and_evaluate`.
+
+    Raises:
+      ConfigError: every problem found, one line each.
+      InputError: the corpus cannot be loaded (missing files, offline hub, ...).
+    """
+    check_static(config, workdir)
+    run = RunConfig.of(config)
+    logging.disable(logging.INFO)  # The run loads it again and logs that.
+    try:
+        corpus = load_corpus(config)
+    finally:
+        logging.disable(logging.NOTSET)
+    if corpus_transform is not None:
+        corpus = corpus_transform(corpus)
+    dataset_size = data_checks.kept_pairs(corpus["train"], run.data.pair)
+    problems = privacy.size_problems(run.dp, run.train, dataset_size)
+    if not problems:  # The plan is sound: its δ against N.
+        problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(config, run))
+    public = public_checks.public_text_problems(run, corpus)
+    public += public_checks.public_corpora_content_problems(run, corpus)
+    raise_problems([*public, *problems])
+
+
+def _other_deltas(config: ml_collections.ConfigDict, run: RunConfig) -> tuple:
+    """(what, δ) of the mechanisms composed with DP-SGD: the DP vocabulary, a pretrained export."""
+    out = []
+    if run.tokenizer_kind == "dp_sentencepiece":
+        out.append((f"tokenizer.dp_delta={run.tokenizer.dp_delta:g}", run.tokenizer.dp_delta))
+    claim = pretrained_privacy.pretrained_claim(config)
+    if claim is not None and claim.composed and claim.composed_delta:
+        out.append((f"the pretrained export's δ={claim.composed_delta:g}", claim.composed_delta))
+    return tuple(out)
