@@ -15,6 +15,7 @@ import numpy as np
 from dpnmt.auditing.options import AuditOptions
 from dpnmt.config import RunConfig
 from dpnmt.data import dp_sentencepiece
+from dpnmt.errors import ConfigError
 
 
 def group_claim(epsilon: float, delta: float, group_size: int) -> tuple[float, float]:
@@ -365,7 +366,10 @@ def forecast_claim(config: RunConfig | ml_collections.ConfigDict) -> tuple[float
         return math.inf, dp.delta
     epsilon = None if dp.target_epsilon is None else float(dp.target_epsilon)
     delta = float(dp.delta)
-    kind = tokenizer.kind
+    try:
+        kind = run.tokenizer_kind  # "auto" from scratch is DP-SentencePiece: its ε counts.
+    except ConfigError:
+        kind = tokenizer.kind  # Training's checks refuse it, naming every other problem too.
     if kind == "sentencepiece_private":
         return math.inf, delta
     if kind == "dp_sentencepiece":

@@ -128,6 +128,14 @@ def test_forecast_claim_composes_dp_sgd_target_and_dp_vocabulary():
     assert auditing.forecast_claim(config) == (None, 1e-8)
 
 
+def test_forecast_claim_counts_the_vocabulary_that_tokenizer_kind_auto_resolves_to():
+    """tokenizer.kind=auto trains a DP-SentencePiece vocabulary from scratch: its ε counts."""
+    explicit = auditing.forecast_claim(tiny_config("eps8"))
+    config = tiny_config("eps8")
+    config.tokenizer.kind = "auto"
+    assert auditing.forecast_claim(config) == explicit
+
+
 def test_audit_plan_says_untestable_before_training():
     options = auditing.AuditOptions()
     outcome, line = auditing.audit_plan(50, 50, (4.0, DELTA), options)
