@@ -7,7 +7,6 @@ corpus. The Multi30K runs and the public stage share one public vocabulary, and
 the DP-SentencePiece variant is the config the README's committed tables ran.
 """
 
-import importlib.util
 import json
 import pathlib
 import re
@@ -17,6 +16,7 @@ import pytest
 from dpnmt import config_lib
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.data import corpora, public_vocab
+from tests.small_configs import load_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.py"))
@@ -24,10 +24,7 @@ PRIVATE_CORPORA = ("multi30k",)  # The private side of this project's runs.
 
 
 def _get_config(path, variant=None):
-    spec = importlib.util.spec_from_file_location(f"public_check_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(variant)
+    return load_config(path, variant)
 
 
 def _configs():
