@@ -2,8 +2,9 @@
 
 Pre-norm transformer with learned positions (offset by 2, as in fairseq),
 an embedding layer norm, optional sqrt(d_model) embedding scaling and a tied
-output projection plus `final_logits_bias`. Same interface as the T5 module:
-`__call__`, `encode`, `decode`, `init_cache`, `decode_step`.
+output projection plus `final_logits_bias`. The interface (`__call__`,
+`encode`, `decode`, `init_cache`, `decode_step`), the layer and the stack
+plumbing are `dpnmt.models.seq2seq`'s, shared with T5.
 """
 
 from __future__ import annotations
@@ -75,20 +76,22 @@ class MBartLayer(seq2seq.PreNormLayer):
     config: MBartConfig
     is_decoder: bool
 
-    def setup(self):  # noqa: D102 (flax hook)
+    def _norm(self) -> nn.LayerNorm:
+        return _layer_norm(self.config)
+
+    def _attention(self) -> MBartAttention:
         cfg = self.config
         heads = cfg.decoder_attention_heads if self.is_decoder else cfg.encoder_attention_heads
-        ffn_dim = cfg.decoder_ffn_dim if self.is_decoder else cfg.encoder_ffn_dim
-        self.self_attention_norm = _layer_norm(cfg)
-        self.self_attention = MBartAttention(cfg.d_model, heads, cfg.attention_dropout, cfg.lora)
-        if self.is_decoder:
-            self.cross_attention_norm = _layer_norm(cfg)
-            self.cross_attention = MBartAttention(
-                cfg.d_model, heads, cfg.attention_dropout, cfg.lora
-            )
-        self.ffn_norm = _layer_norm(cfg)
-        self.ffn = MBartFeedForward(cfg, ffn_dim)
-        self.dropout = dropout.Dropout(cfg.dropout)
+        return MBartAttention(cfg.d_model, heads, cfg.attention_dropout, cfg.lora)
+
+    def _ffn(self) -> MBartFeedForward:
+        cfg = self.config
+        return MBartFeedForward(
+            cfg, cfg.decoder_ffn_dim if self.is_decoder else cfg.encoder_ffn_dim
+        )
+
+    def _dropout_rate(self) -> float:
+        return self.config.dropout
 
 
 class MBartFeedForward(nn.Module):
@@ -109,7 +112,11 @@ class MBartFeedForward(nn.Module):
 
 
 class MBartStack(seq2seq.Stack):
-    """Encoder or decoder stack over already-embedded (and scaled) tokens."""
+    """Encoder or decoder stack of `MBartLayer`s (parameters `layers_0`, ...).
+
+    Learned positions (offset by 2) and a layer norm on the embedded tokens
+    come before the layers, a final layer norm after them.
+    """
 
     config: MBartConfig
     is_decoder: bool
@@ -140,7 +147,7 @@ class MBartStack(seq2seq.Stack):
 
 
 class MBartForConditionalGeneration(seq2seq.EncoderDecoder):
-    """mBART encoder-decoder with a language-model head.
+    """mBART encoder-decoder; logits: tied (or `lm_head`) projection plus `final_logits_bias`.
 
     Attributes:
         config: Architecture.
@@ -148,20 +155,17 @@ class MBartForConditionalGeneration(seq2seq.EncoderDecoder):
 
     config: MBartConfig
 
+    stack_class = MBartStack
+
+    def _init_std(self, name: str) -> float:
+        del name  # one std for every weight, as transformers' `init_std`
+        return _INIT_STD
+
     def setup(self):  # noqa: D102 (flax hook)
-        cfg = self.config
-        self.shared = nn.Embed(
-            cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(_INIT_STD)
-        )
-        self.encoder = MBartStack(cfg, is_decoder=False)
-        self.decoder = MBartStack(cfg, is_decoder=True)
+        super().setup()
         self.final_logits_bias = self.param(
-            "final_logits_bias", nn.initializers.zeros, (cfg.vocab_size,)
+            "final_logits_bias", nn.initializers.zeros, (self.config.vocab_size,)
         )
-        if not cfg.tie_word_embeddings:
-            self.lm_head = nn.Dense(
-                cfg.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(_INIT_STD)
-            )
 
     def _embed_tokens(self, ids: chex.Array) -> chex.Array:
         """[batch, len, d_model] scaled token embeddings; the pad row's lookup gets no gradient.

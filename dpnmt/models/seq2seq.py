@@ -11,11 +11,13 @@ paths) are the model's own attribute names.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import chex
 import flax.linen as nn
 import jax.numpy as jnp
 
-from dpnmt.models import attention
+from dpnmt.models import attention, dropout
 
 Cache = dict[str, chex.Array]
 
@@ -80,11 +82,32 @@ class Attention(nn.Module):
 class PreNormLayer(nn.Module):
     """Pre-norm residual layer: self-attention, [cross-attention,] feed-forward.
 
-    Subclasses have a field `is_decoder` and define in `setup`
-    `self_attention_norm`, `self_attention` (an `Attention`), in a decoder
-    `cross_attention_norm` and `cross_attention`, then `ffn_norm`, `ffn`
-    (called as `ffn(x, deterministic=...)`) and the residual `dropout`.
+    Subclasses have a field `is_decoder` and define the hooks `_norm` (a new
+    norm module), `_attention` (a new `Attention`), `_ffn` (a new feed-forward
+    module, called as `ffn(x, deterministic=...)`) and `_dropout_rate`.
     """
+
+    def _norm(self) -> nn.Module:
+        raise NotImplementedError
+
+    def _attention(self) -> Attention:
+        raise NotImplementedError
+
+    def _ffn(self) -> nn.Module:
+        raise NotImplementedError
+
+    def _dropout_rate(self) -> float:
+        raise NotImplementedError
+
+    def setup(self):  # noqa: D102 (flax hook)
+        self.self_attention_norm = self._norm()
+        self.self_attention = self._attention()
+        if self.is_decoder:
+            self.cross_attention_norm = self._norm()
+            self.cross_attention = self._attention()
+        self.ffn_norm = self._norm()
+        self.ffn = self._ffn()
+        self.dropout = dropout.Dropout(self._dropout_rate())
 
     def init_cache(self, encoded: chex.Array, max_length: int) -> Cache:
         """Empty self-attention cache and precomputed cross-attention keys/values."""
@@ -238,10 +261,34 @@ class Stack(nn.Module):
 class EncoderDecoder(nn.Module):
     """Encoder-decoder language model over shared token embeddings.
 
-    Subclasses define `encoder` and `decoder` (`Stack`s) in `setup` and the
-    hooks `_embed_tokens` (ids -> [..., d_model]) and `_logits`
-    ([..., d_model] -> [..., vocab]).
+    Subclasses have a field `config` (with `vocab_size`, `d_model` and
+    `tie_word_embeddings`), set `stack_class` (a `Stack` built as
+    `stack_class(config, is_decoder)`) and define the hooks `_init_std` (of
+    the embedding and the untied `lm_head`), `_embed_tokens` (ids ->
+    [..., d_model]) and `_logits` ([..., d_model] -> [..., vocab]).
     """
+
+    stack_class: ClassVar[type[Stack]]
+
+    def _init_std(self, name: str) -> float:
+        """Standard deviation of the initial `shared` or `lm_head` weights."""
+        raise NotImplementedError
+
+    def setup(self):  # noqa: D102 (flax hook)
+        cfg = self.config
+        self.shared = nn.Embed(
+            cfg.vocab_size,
+            cfg.d_model,
+            embedding_init=nn.initializers.normal(self._init_std("shared")),
+        )
+        self.encoder = self.stack_class(cfg, is_decoder=False)
+        self.decoder = self.stack_class(cfg, is_decoder=True)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = nn.Dense(
+                cfg.vocab_size,
+                use_bias=False,
+                kernel_init=nn.initializers.normal(self._init_std("lm_head")),
+            )
 
     def _embed_tokens(self, ids: chex.Array) -> chex.Array:
         raise NotImplementedError

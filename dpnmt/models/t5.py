@@ -3,7 +3,9 @@
 Parameters are a plain pytree; dropout draws from the 'dropout' rng stream
 (`rngs={'dropout': key}`), so callers may give each example its own key under
 `vmap`. Besides the full forward pass (`__call__`), the module exposes the
-pieces generation needs: `encode`, `init_cache` and `decode_step`.
+pieces generation needs: `encode`, `init_cache` and `decode_step` (all from
+`seq2seq.EncoderDecoder`; this module holds what is T5's own: RMS norm,
+relative position bias, unscaled attention, ReLU / gated feed-forward).
 """
 
 from __future__ import annotations
@@ -126,20 +128,25 @@ class T5Block(seq2seq.PreNormLayer):
     config: T5Config
     is_decoder: bool
 
-    def setup(self):  # noqa: D102 (flax hook)
-        cfg = self.config
-        self.self_attention_norm = RMSNorm(cfg.layer_norm_epsilon)
-        self.self_attention = T5Attention(cfg)
-        if self.is_decoder:
-            self.cross_attention_norm = RMSNorm(cfg.layer_norm_epsilon)
-            self.cross_attention = T5Attention(cfg)
-        self.ffn_norm = RMSNorm(cfg.layer_norm_epsilon)
-        self.ffn = T5FeedForward(cfg)
-        self.dropout = dropout.Dropout(cfg.dropout_rate)
+    def _norm(self) -> RMSNorm:
+        return RMSNorm(self.config.layer_norm_epsilon)
+
+    def _attention(self) -> T5Attention:
+        return T5Attention(self.config)
+
+    def _ffn(self) -> T5FeedForward:
+        return T5FeedForward(self.config)
+
+    def _dropout_rate(self) -> float:
+        return self.config.dropout_rate
 
 
 class T5Stack(seq2seq.Stack):
-    """Encoder or decoder stack with a relative position bias shared by its blocks."""
+    """Encoder or decoder stack of `T5Block`s (parameters `block_0`, `block_1`, ...).
+
+    Positions enter only as a relative position bias on the self-attention
+    scores, one table shared by all blocks; the output is RMS-normed.
+    """
 
     config: T5Config
     is_decoder: bool
@@ -181,28 +188,22 @@ class T5Stack(seq2seq.Stack):
 class T5ForConditionalGeneration(seq2seq.EncoderDecoder):
     """T5 / mT5 encoder-decoder with a language-model head.
 
+    v1.0 projects onto the shared embedding after scaling the decoder output
+    by d_model**-0.5; v1.1 and mT5 use an untied `lm_head`, unscaled.
+
     Attributes:
         config: Architecture.
     """
 
     config: T5Config
 
-    def setup(self):  # noqa: D102 (flax hook)
-        cfg = self.config
-        self.shared = nn.Embed(
-            cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(1.0)
-        )
-        self.encoder = T5Stack(cfg, is_decoder=False)
-        self.decoder = T5Stack(cfg, is_decoder=True)
-        if not cfg.tie_word_embeddings:
-            # std d_model^-0.5 (fan-in, as t5x's logits layer): the final
-            # RMS-normed states have unit scale, so std 1 would give logits
-            # of std sqrt(d_model) and an initial loss of ~d_model/2 nats.
-            self.lm_head = nn.Dense(
-                cfg.vocab_size,
-                use_bias=False,
-                kernel_init=nn.initializers.normal(cfg.d_model**-0.5),
-            )
+    stack_class = T5Stack
+
+    def _init_std(self, name: str) -> float:
+        # lm_head: std d_model^-0.5 (fan-in, as t5x's logits layer): the final
+        # RMS-normed states have unit scale, so std 1 would give logits of std
+        # sqrt(d_model) and an initial loss of ~d_model/2 nats.
+        return 1.0 if name == "shared" else self.config.d_model**-0.5
 
     def _embed_tokens(self, ids: chex.Array) -> chex.Array:
         return self.shared(ids)
