@@ -37,10 +37,12 @@ def _customize(c, extras):
     c.data.corpus = "bsd"
     c.data.pair = "ja-en"
     c.data.bsd_train_split = "dev"  # The offline copy's only train-like split.
-    c.data.max_source_length = 64  # Dialogue turns: longer than Tatoeba's sentences.
+    # With public_ja_en's vocabulary a BSD test turn (public; the private dev
+    # split is never measured) is 14 ja / 15 en pieces on average, p95 30 / 33.
+    c.data.max_source_length = 64
     c.data.max_target_length = 64
     c.data.max_eval_examples = 200
-    c.data.length_buckets = "auto"
+    c.data.length_buckets = "16,24,32,48,64"
     from_public.from_public_model(c, PUBLIC_MODEL)
     c.train.physical_batch_size = 32
     c.train.checkpoint_every_steps = 50

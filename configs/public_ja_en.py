@@ -11,8 +11,7 @@ configs/public_de_en.py's (T5 v1.0 3+3, d_model 256; label smoothing 0.1,
 lr 1e-3, 400 warm-up lots then linear decay, beam 5), 15 epochs of ~330 lots
 of 128. configs/bsd_from_public.py fine-tunes its export on BSD.
 
-    python -m dpnmt.public_vocab --config=configs/public_ja_en.py \\
-        --measure=bsd --measure_split=test       # pieces per BSD sentence
+    python -m dpnmt.public_vocab --config=configs/public_ja_en.py   # build it ahead
     python -m dpnmt.train --config=configs/public_ja_en.py --workdir=../public_ja_en
     python -m dpnmt.export --workdir=../public_ja_en --out=../exported/public_ja_en
     python -m dpnmt.decode --config=configs/bsd_from_public.py:nonprivate \\
@@ -45,7 +44,8 @@ def _customize(c):
     c.data.corpus = PUBLIC_CORPORA
     c.data.corpus_weights = ()
     c.data.pair = "ja-en"
-    c.data.max_source_length = 48  # Tatoeba sentences are short.
+    # Its validation split: 8.7 ja / 9.8 en pieces a sentence on average, p95 16 / 17.
+    c.data.max_source_length = 48
     c.data.max_target_length = 48
     c.data.length_buckets = "16,24,32,48"
     public_vocabulary(c)
