@@ -37,8 +37,9 @@ DP-fy ML", §5.4; LoRA with a larger rate than full fine-tuning: Hu et al.
   * scratch: the same recipe from a random model with the public vocabulary
     (configs/multi30k.py's model and vocabulary, no ε for it): the comparison
     row at equal L, T, σ, C and learning rate, so that only the starting point
-    differs (configs/multi30k.py:eps8, L 512 and 10 fewer warm-up lots, is
-    the older from-scratch recipe).
+    differs. configs/multi30k.py:eps8 (L 512, lr 3e-3, no label smoothing)
+    is the older from-scratch recipe: beside these rows it would mix two
+    changes (start and recipe) in one comparison.
 
 Variants: eps1, eps3, eps8 (default), eps5, eps1000, nonprivate; poisson
 (default when private) or shuffle; lora; scratch. `dpnmt.sweep` takes the
