@@ -198,7 +198,7 @@ def test_the_standin_recipe_is_the_multi30k_rows_recipe(variant):
         rows.append(_get_config(ROOT / "configs" / "standin_tatoeba_lora.py", variant))
     for row in rows:
         for field in RECIPE_FIELDS:
-            ours, theirs = config_check._get(standin, field), config_check._get(row, field)
+            ours, theirs = config_fields_lib.field_value(standin, field), config_fields_lib.field_value(row, field)
             assert ours == theirs, (variant, field, ours, theirs)
 
 
