@@ -115,9 +115,9 @@ def _cell(mode: str):
         acc = core.init_accumulator(state["trainable"])
         key = jax.random.fold_in(jax.random.key(4), state["step"])
         acc, _ = step.add_microbatch(acc, state["trainable"], frozen, micro, key)
-        state["trainable"], state["opt"] = step.apply_lot(
-            state["trainable"], state["opt"], acc, jax.random.fold_in(key, 1)
-        )
+        lot_state = core.TrainState(jnp.int32(state["step"]), state["trainable"], state["opt"])
+        lot_state = step.apply_lot(lot_state, acc, jax.random.key(5))
+        state["trainable"], state["opt"] = lot_state.params, lot_state.opt_state
         state["step"] += 1
         jax.block_until_ready(state["trainable"])
 

@@ -26,6 +26,7 @@ from dpnmt.errors import ConfigError
 # Privacy variants: target ε of DP-SGD (None = non-private training).
 PRIVACY_VARIANTS: dict[str, float | None] = {
     "eps1": 1.0,
+    "eps3": 3.0,
     "eps5": 5.0,
     "eps8": 8.0,
     "eps1000": 1000.0,

@@ -5,6 +5,7 @@ and privacy accounting. Imports only jax, chex, optax, dp_accounting, and flax
 (to find the layers of a Flax loss for book-keeping clipping, `dpnmt.core.ghost`).
 """
 
+from dpnmt.core import dp_step
 from dpnmt.core.accounting import (
     Accountant,
     calibrate_noise_multiplier,
@@ -21,6 +22,7 @@ from dpnmt.core.accumulation import (
 )
 from dpnmt.core.aggregation import DpAggregateState, dp_aggregate
 from dpnmt.core.clipping import clip_and_sum, count_nonfinite, per_example_l2_norms
+from dpnmt.core.dp_step import TrainState, dropout_key, init_train_state
 from dpnmt.core.noise import add_gaussian_noise, fresh_seed, key_from_seed, noise_key_for_step
 from dpnmt.core.private_grad import private_grad_sum
 
@@ -28,6 +30,7 @@ __all__ = [
     "Accountant",
     "AccumulatorState",
     "DpAggregateState",
+    "TrainState",
     "accumulate",
     "add_gaussian_noise",
     "calibrate_noise_multiplier",
@@ -37,9 +40,12 @@ __all__ = [
     "compute_epsilon_shuffled",
     "count_nonfinite",
     "dp_aggregate",
+    "dp_step",
+    "dropout_key",
     "epsilon_if_poisson_not_a_guarantee",
     "fresh_seed",
     "init_accumulator",
+    "init_train_state",
     "key_from_seed",
     "noise_key_for_step",
     "noisy_average",
@@ -50,7 +56,9 @@ __all__ = [
 # --- JAX-native lot sampling and per-lot accumulation (issue 19) ---
 from dpnmt.core.aggregation import (  # noqa: E402
     DpAccumulateState,
+    DpMultiStepsState,
     dp_accumulate_aggregate,
+    dp_multi_steps,
 )
 from dpnmt.core.lot_gradient import private_lot_gradient  # noqa: E402
 from dpnmt.core.sampling import (  # noqa: E402
@@ -64,8 +72,10 @@ from dpnmt.core.sampling import (  # noqa: E402
 
 __all__ += [
     "DpAccumulateState",
+    "DpMultiStepsState",
     "MicroBatches",
     "dp_accumulate_aggregate",
+    "dp_multi_steps",
     "lot_capacity",
     "poisson_lot",
     "poisson_mask",

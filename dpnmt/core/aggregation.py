@@ -21,14 +21,20 @@ optimizer state is routinely checkpointed and shared, and whoever holds the
 key regenerates each step's noise and subtracts it (ε = ∞). The state holds
 only public values (see each state's docstring for the one exception).
 
-Why not `optax.MultiSteps` for Poisson lots: it applies an update after a
-FIXED number `every_k_schedule` of micro-steps, while a Poisson lot's number
-of micro-batches is random; it averages the micro-steps' updates (dividing by
-the realised count), where DP-SGD divides the sum by the fixed expected lot
-size L; and wrapped around a noising transformation it noises every
-micro-step, adding K times the variance the accountant assumed. Unlike
-`optax.contrib.differentially_private_aggregate`, the sums here are divided by
-the fixed L, not the realised batch size, as Poisson sampling requires.
+To put an optimizer behind a lot of micro-batches, `dp_multi_steps(tx, ...)`
+composes like `optax.MultiSteps`: zero updates and an untouched optimizer
+state until the call with `release=True`, then one noisy release and one
+optimizer step. `optax.MultiSteps` itself does not fit Poisson lots: it
+applies an update after a FIXED number `every_k_schedule` of micro-steps,
+while a Poisson lot's number of micro-batches is random; it averages the
+micro-steps' updates (dividing by the realised count), where DP-SGD divides
+the sum by the fixed expected lot size L; and wrapped around a noising
+transformation it noises every micro-step, adding K times the variance the
+accountant assumed. Unlike `optax.contrib.differentially_private_aggregate`,
+the sums here are divided by the fixed L, not the realised batch size, as
+Poisson sampling requires.
+
+All three are views of the core's one lot step (`dpnmt.core.dp_step`).
 """
 
 from typing import NamedTuple
@@ -39,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpnmt.core import accumulation, clipping, noise, validation
+from dpnmt.core import accumulation, dp_step, noise, validation
 
 
 class DpAggregateState(NamedTuple):
@@ -51,6 +57,20 @@ class DpAggregateState(NamedTuple):
     """
 
     count: chex.Array
+
+
+def _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode) -> dict:
+    """The privacy parameters, checked once when the transformation is built."""
+    validation.check_positive("l2_clip", l2_clip)
+    validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
+    validation.check_positive("expected_lot_size", expected_lot_size)
+    noise.check_noise_mode(noise_mode)
+    return {
+        "noise_multiplier": noise_multiplier,
+        "l2_clip": l2_clip,
+        "expected_lot_size": expected_lot_size,
+        "noise_mode": noise_mode,
+    }
 
 
 def _step_key(noise_key, count) -> chex.PRNGKey:
@@ -117,10 +137,7 @@ def dp_aggregate(
       (`DpAggregateState`) holds no key: it is safe to save and publish. The
       noise key is secret: keep it (or its seed) out of checkpoints and logs.
     """
-    validation.check_positive("l2_clip", l2_clip)
-    validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
-    validation.check_positive("expected_lot_size", expected_lot_size)
-    noise.check_noise_mode(noise_mode)
+    noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
 
     def init_fn(params):
         del params
@@ -136,20 +153,11 @@ def dp_aggregate(
             )
         _check_per_example(updates, params, "params")
         step_key = _step_key(noise_key, state.count)
-        grad_sum, _ = clipping.clip_and_sum(updates, l2_clip, mask)
-        lot = accumulation.AccumulatorState(grad_sum, jnp.zeros((), jnp.int32))
-        noisy = accumulation.noisy_average(
-            lot, step_key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
-        )
+        lot = dp_step.add_per_example_grads(dp_step.init(params), updates, mask, l2_clip=l2_clip)
+        noisy = dp_step.release(lot, step_key, **noise_args)
         return noisy, DpAggregateState(state.count + 1)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
-
-
-def _num_real(per_example_grads: chex.ArrayTree, mask: chex.Array | None) -> chex.Array:
-    if mask is None:
-        return jnp.asarray(jax.tree_util.tree_leaves(per_example_grads)[0].shape[0], jnp.int32)
-    return jnp.sum(jnp.asarray(mask) != 0, dtype=jnp.int32)
 
 
 class DpAccumulateState(NamedTuple):
@@ -186,7 +194,8 @@ def dp_accumulate_aggregate(
     accumulator; the other calls return zeros (so a following optimizer must
     only be stepped on release, e.g. apply the updates only then). An empty
     Poisson lot is one call with an all-zero mask and `release=True`: it
-    releases noise only, as the accountant assumed a step.
+    releases noise only, as the accountant assumed a step. To step an
+    optimizer only on releases, use `dp_multi_steps(tx, ...)` instead.
 
     Formal guarantee: as `noisy_average`, provided each example of the lot
     appears in at most one micro-batch, padding rows have mask 0, and
@@ -208,10 +217,7 @@ def dp_accumulate_aggregate(
       scalar `release` (may be traced). The state holds no key (see
       `DpAccumulateState` for what is private in it).
     """
-    validation.check_positive("l2_clip", l2_clip)
-    validation.check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
-    validation.check_positive("expected_lot_size", expected_lot_size)
-    noise.check_noise_mode(noise_mode)
+    noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
 
     def init_fn(params):
         return DpAccumulateState(jnp.zeros((), jnp.int32), accumulation.init_accumulator(params))
@@ -220,14 +226,11 @@ def dp_accumulate_aggregate(
         del params, extra_args
         _check_per_example(updates, state.accumulator.grad_sum, "accumulator (params)")
         step_key = _step_key(noise_key, state.count)
-        grad_sum, _ = clipping.clip_and_sum(updates, l2_clip, mask)
-        lot = accumulation.accumulate(state.accumulator, grad_sum, _num_real(updates, mask))
-        empty = accumulation.init_accumulator(lot.grad_sum)
+        lot = dp_step.add_per_example_grads(state.accumulator, updates, mask, l2_clip=l2_clip)
+        empty = dp_step.init(lot.grad_sum)
 
         def emit(lot):
-            return accumulation.noisy_average(
-                lot, step_key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
-            )
+            return dp_step.release(lot, step_key, **noise_args)
 
         def hold(lot):
             return jax.tree_util.tree_map(jnp.zeros_like, lot.grad_sum)
@@ -237,5 +240,94 @@ def dp_accumulate_aggregate(
         kept = jax.tree_util.tree_map(lambda e, a: jnp.where(release, e, a), empty, lot)
         count = state.count + release.astype(jnp.int32)
         return out, DpAccumulateState(count, kept)
+
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+class DpMultiStepsState(NamedTuple):
+    """State of `dp_multi_steps`.
+
+    Attributes:
+      count: int32 scalar, lots released so far. Public.
+      accumulator: the current lot's clipped sum and its number of examples.
+        PRIVATE between releases: save or publish the state only right after a
+        release, when it is back to zero.
+      inner_state: the wrapped optimizer's state; it changes only on a release
+        (post-processing of released gradients): public.
+
+    The state holds no key.
+    """
+
+    count: chex.Array
+    accumulator: accumulation.AccumulatorState
+    inner_state: optax.OptState
+
+
+def dp_multi_steps(
+    tx: optax.GradientTransformation,
+    *,
+    l2_clip: float,
+    noise_multiplier: float,
+    expected_lot_size: float,
+    noise_mode: str = noise.FLOAT,
+) -> optax.GradientTransformationExtraArgs:
+    """DP-SGD around an optimizer, composed like `optax.MultiSteps`: no step until the lot ends.
+
+    Each `update` adds one masked micro-batch of per-example gradients to the
+    lot (`dp_step.add_per_example_grads`). On the lot's last micro-batch
+    (`release=True`) the lot is released once (`dp_step.release`: noise
+    N(0, σ²C²) on the clipped sum, ÷ L, key `noise_key_for_step(noise_key, k)`
+    for lot k) and `tx` takes one step on it; every other call returns zero
+    updates and leaves `tx`'s state untouched, so `optax.apply_updates` may run
+    on every call (unlike a following optimizer stepping on the zeros of
+    `dp_accumulate_aggregate`). An empty Poisson lot is one call with an
+    all-zero mask and `release=True`: a noise-only step. Unlike
+    `optax.MultiSteps`, the release comes when the caller says the (Poisson,
+    random-sized) lot ends, not after a fixed count, and divides by the fixed L.
+
+    For ghost clipping (no per-example gradients), use `dp_step.add_microbatch`
+    and `dp_step.apply_lot` directly: the same step.
+
+    Args:
+      tx: the optimizer to step on each released lot gradient.
+      l2_clip: clipping norm C > 0.
+      noise_multiplier: σ >= 0.
+      expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
+      noise_mode: "float" or "secure" (see `noisy_average`).
+
+    Returns:
+      A transformation whose `update(per_example_grads, state, params=None, *,
+      noise_key, mask=None, release)` takes one micro-batch's gradients (every
+      leaf `[b, *param.shape]`), the run's secret noise key (the same every
+      call), an optional `[b]` mask and a bool scalar `release` (may be traced);
+      `params` is passed to `tx` on release. See `DpMultiStepsState` for what
+      the state holds.
+    """
+    noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
+
+    def init_fn(params):
+        return DpMultiStepsState(jnp.zeros((), jnp.int32), dp_step.init(params), tx.init(params))
+
+    def update_fn(updates, state, params=None, *, noise_key=None, mask=None, release, **extra_args):
+        del extra_args
+        _check_per_example(updates, state.accumulator.grad_sum, "accumulator (params)")
+        step_key = _step_key(noise_key, state.count)
+        lot = dp_step.add_per_example_grads(state.accumulator, updates, mask, l2_clip=l2_clip)
+
+        def emit(lot, inner):
+            gradient = dp_step.release(lot, step_key, **noise_args)
+            return tx.update(gradient, inner, params)
+
+        out_shapes = jax.eval_shape(emit, lot, state.inner_state)[0]
+
+        def hold(lot, inner):
+            del lot
+            return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), out_shapes), inner
+
+        release = jnp.asarray(release, bool)
+        out, inner = jax.lax.cond(release, emit, hold, lot, state.inner_state)
+        empty = dp_step.init(lot.grad_sum)
+        kept = jax.tree_util.tree_map(lambda e, a: jnp.where(release, e, a), empty, lot)
+        return out, DpMultiStepsState(state.count + release.astype(jnp.int32), kept, inner)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)

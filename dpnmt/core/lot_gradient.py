@@ -1,4 +1,8 @@
-"""One private gradient per lot from fixed-shape micro-batches, in one compiled program."""
+"""One private gradient per lot from fixed-shape micro-batches, in one compiled program.
+
+A view of the core's one lot step (`dpnmt.core.dp_step`): `init`, `add_microbatch`
+per micro-batch in a `while_loop`, `release`.
+"""
 
 from collections.abc import Callable
 from typing import Any
@@ -7,7 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import accumulation, private_grad, sampling, validation
+from dpnmt.core import dp_step, sampling, validation
 
 
 def private_lot_gradient(
@@ -26,9 +30,9 @@ def private_lot_gradient(
 ) -> chex.ArrayTree:
     """Clips and sums a lot micro-batch by micro-batch, then noises once and divides by L.
 
-    A `lax.while_loop` runs `private_grad_sum` over the lot's first
+    A `lax.while_loop` runs `dp_step.add_microbatch` over the lot's first
     `lot.num_microbatches` micro-batches (the rest are all padding and are
-    skipped), gathering each one's rows from `examples`; then `noisy_average`
+    skipped), gathering each one's rows from `examples`; then `dp_step.release`
     adds N(0, σ²C²) once and divides by L. Under `jax.jit` a lot of any size
     runs the same program: only the loop's trip count depends on it.
 
@@ -75,16 +79,28 @@ def private_lot_gradient(
             "pass the data set it was drawn for."
         )
 
-    def body(k, acc):
+    def body(k, lot_state):
         rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)
         key_k = None if example_key is None else jax.random.fold_in(example_key, k)
-        grad_sum, _, _ = private_grad.private_grad_sum(
-            loss_fn, params, rows, lot.mask[k], l2_clip, key=key_k, clipping=clipping_method
+        lot_state, _ = dp_step.add_microbatch(
+            lot_state,
+            loss_fn,
+            params,
+            rows,
+            lot.mask[k],
+            l2_clip=l2_clip,
+            key=key_k,
+            clipping=clipping_method,
         )
-        return accumulation.accumulate(acc, grad_sum, lot.mask[k].sum().astype("int32"))
+        return lot_state
 
-    acc = jax.lax.fori_loop(0, lot.num_microbatches, body, accumulation.init_accumulator(params))
-    grad = accumulation.noisy_average(
-        acc, key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
+    lot_state = jax.lax.fori_loop(0, lot.num_microbatches, body, dp_step.init(params))
+    grad = dp_step.release(
+        lot_state,
+        key,
+        noise_multiplier=noise_multiplier,
+        l2_clip=l2_clip,
+        expected_lot_size=expected_lot_size,
+        noise_mode=noise_mode,
     )
     return jax.tree_util.tree_map(lambda g: jnp.where(lot.overflow, jnp.nan, g), grad)

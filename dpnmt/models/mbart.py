@@ -2,8 +2,9 @@
 
 Pre-norm transformer with learned positions (offset by 2, as in fairseq),
 an embedding layer norm, optional sqrt(d_model) embedding scaling and a tied
-output projection plus `final_logits_bias`. Same interface as the T5 module:
-`__call__`, `encode`, `decode`, `init_cache`, `decode_step`.
+output projection plus `final_logits_bias`. The interface (`__call__`,
+`encode`, `decode`, `init_cache`, `decode_step`), the layer and the stack
+plumbing are `dpnmt.models.seq2seq`'s, shared with T5.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import attention, dropout, lora
+from dpnmt.models import dropout, lora, seq2seq
 from dpnmt.models.config import LoRASpec, MBartConfig
 
 POSITION_OFFSET = 2
@@ -43,7 +44,7 @@ def _dense(spec: LoRASpec, target: str, features: int, name: str | None = None) 
     return lora.dense(spec, target, features, kernel_init=init)
 
 
-class MBartAttention(nn.Module):
+class MBartAttention(seq2seq.Attention):
     """Multi-head attention with biases and head_dim**-0.5 query scaling."""
 
     d_model: int
@@ -62,97 +63,35 @@ class MBartAttention(nn.Module):
         self.o = _dense(self.adapters, "o", self.d_model)
         self.dropout = dropout.Dropout(self.dropout_rate)
 
-    def _heads(self, x: chex.Array) -> chex.Array:
-        return x.reshape(x.shape[:2] + (self.num_heads, self.d_model // self.num_heads))
+    def _head_shape(self) -> tuple[int, int]:
+        return self.num_heads, self.d_model // self.num_heads
 
-    def project_kv(self, states: chex.Array) -> tuple[chex.Array, chex.Array]:
-        """Keys and values [batch, len, heads, head_dim] of `states` [batch, len, d_model]."""
-        return self._heads(self.k(states)), self._heads(self.v(states))
-
-    def __call__(
-        self,
-        hidden: chex.Array,
-        key: chex.Array,
-        value: chex.Array,
-        *,
-        mask: chex.Array,
-        deterministic: bool,
-    ) -> chex.Array:
-        """Attends `hidden` [batch, q_len, d_model] over projected keys/values."""
-        out = attention.dot_product_attention(
-            self._heads(self.q(hidden)),
-            key,
-            value,
-            mask=mask,
-            scale=(self.d_model // self.num_heads) ** -0.5,
-            dropout=lambda w: self.dropout(w, deterministic=deterministic),
-        )
-        return self.o(out)
+    def _scale(self) -> float:
+        return (self.d_model // self.num_heads) ** -0.5
 
 
-class MBartLayer(nn.Module):
+class MBartLayer(seq2seq.PreNormLayer):
     """Pre-norm layer: self-attention, [cross-attention,] feed-forward."""
 
     config: MBartConfig
     is_decoder: bool
 
-    def setup(self):  # noqa: D102 (flax hook)
+    def _norm(self) -> nn.LayerNorm:
+        return _layer_norm(self.config)
+
+    def _attention(self) -> MBartAttention:
         cfg = self.config
         heads = cfg.decoder_attention_heads if self.is_decoder else cfg.encoder_attention_heads
-        ffn_dim = cfg.decoder_ffn_dim if self.is_decoder else cfg.encoder_ffn_dim
-        self.self_attention_norm = _layer_norm(cfg)
-        self.self_attention = MBartAttention(cfg.d_model, heads, cfg.attention_dropout, cfg.lora)
-        if self.is_decoder:
-            self.cross_attention_norm = _layer_norm(cfg)
-            self.cross_attention = MBartAttention(
-                cfg.d_model, heads, cfg.attention_dropout, cfg.lora
-            )
-        self.ffn_norm = _layer_norm(cfg)
-        self.ffn = MBartFeedForward(cfg, ffn_dim)
-        self.dropout = dropout.Dropout(cfg.dropout)
+        return MBartAttention(cfg.d_model, heads, cfg.attention_dropout, cfg.lora)
 
-    def init_cache(self, encoded: chex.Array, max_length: int) -> dict[str, chex.Array]:
-        """Empty self-attention cache and precomputed cross-attention keys/values."""
+    def _ffn(self) -> MBartFeedForward:
         cfg = self.config
-        heads = cfg.decoder_attention_heads
-        shape = (encoded.shape[0], max_length, heads, cfg.d_model // heads)
-        empty = jnp.zeros(shape, encoded.dtype)
-        cross_k, cross_v = self.cross_attention.project_kv(encoded)
-        return {"self_k": empty, "self_v": empty, "cross_k": cross_k, "cross_v": cross_v}
+        return MBartFeedForward(
+            cfg, cfg.decoder_ffn_dim if self.is_decoder else cfg.encoder_ffn_dim
+        )
 
-    def __call__(
-        self,
-        x: chex.Array,
-        *,
-        self_mask: chex.Array,
-        encoded: chex.Array | None = None,
-        cross_mask: chex.Array | None = None,
-        deterministic: bool = True,
-        cache: dict[str, chex.Array] | None = None,
-        cache_index: chex.Array | None = None,
-    ) -> tuple[chex.Array, dict[str, chex.Array] | None]:
-        """Runs the layer on [batch, len, d_model]; with `cache`, len is 1."""
-        normed = self.self_attention_norm(x)
-        key, value = self.self_attention.project_kv(normed)
-        if cache is not None:
-            cache = dict(cache)
-            cache["self_k"] = attention.write_cache(cache["self_k"], key, cache_index)
-            cache["self_v"] = attention.write_cache(cache["self_v"], value, cache_index)
-            key, value = cache["self_k"], cache["self_v"]
-        out = self.self_attention(normed, key, value, mask=self_mask, deterministic=deterministic)
-        x = x + self.dropout(out, deterministic=deterministic)
-        if self.is_decoder:
-            normed = self.cross_attention_norm(x)
-            if cache is not None:
-                key, value = cache["cross_k"], cache["cross_v"]
-            else:
-                key, value = self.cross_attention.project_kv(encoded)
-            out = self.cross_attention(
-                normed, key, value, mask=cross_mask, deterministic=deterministic
-            )
-            x = x + self.dropout(out, deterministic=deterministic)
-        out = self.ffn(self.ffn_norm(x), deterministic=deterministic)
-        return x + self.dropout(out, deterministic=deterministic), cache
+    def _dropout_rate(self) -> float:
+        return self.config.dropout
 
 
 class MBartFeedForward(nn.Module):
@@ -172,8 +111,12 @@ class MBartFeedForward(nn.Module):
         return _dense(cfg.lora, "fc2", cfg.d_model, "fc2")(hidden)
 
 
-class MBartStack(nn.Module):
-    """Encoder or decoder stack over already-embedded (and scaled) tokens."""
+class MBartStack(seq2seq.Stack):
+    """Encoder or decoder stack of `MBartLayer`s (parameters `layers_0`, ...).
+
+    Learned positions (offset by 2) and a layer norm on the embedded tokens
+    come before the layers, a final layer norm after them.
+    """
 
     config: MBartConfig
     is_decoder: bool
@@ -191,71 +134,20 @@ class MBartStack(nn.Module):
         self.layer_norm = _layer_norm(cfg)
         self.dropout = dropout.Dropout(cfg.dropout)
 
+    def _layers(self) -> list[MBartLayer]:
+        return self.layers
+
     def _embed(self, embedded: chex.Array, positions: chex.Array, deterministic: bool):
-        x = embedded + self.embed_positions(positions + POSITION_OFFSET)
+        x = embedded + self.embed_positions(positions[None] + POSITION_OFFSET)
         return self.dropout(self.layernorm_embedding(x), deterministic=deterministic)
 
-    def __call__(
-        self,
-        embedded: chex.Array,
-        attention_mask: chex.Array | None,
-        *,
-        encoded: chex.Array | None = None,
-        encoder_attention_mask: chex.Array | None = None,
-        deterministic: bool = True,
-    ) -> chex.Array:
-        """Full-sequence pass: [batch, len, d_model] -> [batch, len, d_model]."""
-        batch, length = embedded.shape[:2]
-        mask = attention.padding_mask(attention_mask, batch, length)
-        cross_mask = None
-        if self.is_decoder:
-            mask = mask & attention.causal_mask(length)
-            cross_mask = attention.padding_mask(encoder_attention_mask, batch, encoded.shape[1])
-        x = self._embed(embedded, jnp.arange(length)[None], deterministic)
-        for layer in self.layers:
-            x, _ = layer(
-                x,
-                self_mask=mask,
-                encoded=encoded,
-                cross_mask=cross_mask,
-                deterministic=deterministic,
-            )
+    def _final(self, x: chex.Array, deterministic: bool) -> chex.Array:
+        del deterministic  # no dropout after the final norm
         return self.layer_norm(x)
 
-    def init_cache(self, encoded: chex.Array, max_length: int) -> dict[str, dict[str, chex.Array]]:
-        """Per-layer decoding caches for `max_length` target positions."""
-        return {
-            f"layers_{i}": la.init_cache(encoded, max_length) for i, la in enumerate(self.layers)
-        }
 
-    def decode_step(
-        self,
-        embedded: chex.Array,
-        index: chex.Array,
-        cache: dict[str, dict[str, chex.Array]],
-        encoder_attention_mask: chex.Array | None,
-    ) -> tuple[chex.Array, dict[str, dict[str, chex.Array]]]:
-        """One decoder position: [batch, 1, d_model] at `index` -> same shape, new cache."""
-        batch = embedded.shape[0]
-        max_length = cache["layers_0"]["self_k"].shape[1]
-        mask = (jnp.arange(max_length) <= index)[None, None, None, :]
-        src_len = cache["layers_0"]["cross_k"].shape[1]
-        cross_mask = attention.padding_mask(encoder_attention_mask, batch, src_len)
-        x = self._embed(embedded, jnp.reshape(index, (1, 1)), deterministic=True)
-        new_cache = {}
-        for i, layer in enumerate(self.layers):
-            x, new_cache[f"layers_{i}"] = layer(
-                x,
-                self_mask=mask,
-                cross_mask=cross_mask,
-                cache=cache[f"layers_{i}"],
-                cache_index=index,
-            )
-        return self.layer_norm(x), new_cache
-
-
-class MBartForConditionalGeneration(nn.Module):
-    """mBART encoder-decoder with a language-model head.
+class MBartForConditionalGeneration(seq2seq.EncoderDecoder):
+    """mBART encoder-decoder; logits: tied (or `lm_head`) projection plus `final_logits_bias`.
 
     Attributes:
         config: Architecture.
@@ -263,20 +155,17 @@ class MBartForConditionalGeneration(nn.Module):
 
     config: MBartConfig
 
+    stack_class = MBartStack
+
+    def _init_std(self, name: str) -> float:
+        del name  # one std for every weight, as transformers' `init_std`
+        return _INIT_STD
+
     def setup(self):  # noqa: D102 (flax hook)
-        cfg = self.config
-        self.shared = nn.Embed(
-            cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(_INIT_STD)
-        )
-        self.encoder = MBartStack(cfg, is_decoder=False)
-        self.decoder = MBartStack(cfg, is_decoder=True)
+        super().setup()
         self.final_logits_bias = self.param(
-            "final_logits_bias", nn.initializers.zeros, (cfg.vocab_size,)
+            "final_logits_bias", nn.initializers.zeros, (self.config.vocab_size,)
         )
-        if not cfg.tie_word_embeddings:
-            self.lm_head = nn.Dense(
-                cfg.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(_INIT_STD)
-            )
 
     def _embed_tokens(self, ids: chex.Array) -> chex.Array:
         """[batch, len, d_model] scaled token embeddings; the pad row's lookup gets no gradient.
@@ -292,82 +181,9 @@ class MBartForConditionalGeneration(nn.Module):
         embedded = jnp.where(is_pad, jax.lax.stop_gradient(embedded), embedded)
         return embedded * scale
 
-    def __call__(
-        self,
-        input_ids: chex.Array,
-        attention_mask: chex.Array,
-        decoder_input_ids: chex.Array,
-        decoder_attention_mask: chex.Array | None = None,
-        deterministic: bool = True,
-    ) -> chex.Array:
-        """Teacher-forced logits.
-
-        Args:
-            input_ids: [batch, src_len] int32 source tokens (mBART-50: lang id first).
-            attention_mask: [batch, src_len] 1 for real tokens, 0 for padding.
-            decoder_input_ids: [batch, tgt_len] int32 decoder inputs, starting with
-                `decoder_start_token_id` (and the target language id).
-            decoder_attention_mask: [batch, tgt_len] target padding mask, or None.
-            deterministic: Disables dropout when True; otherwise needs a 'dropout' rng.
-
-        Returns:
-            [batch, tgt_len, vocab_size] float32 logits.
-        """
-        encoded = self.encode(input_ids, attention_mask, deterministic=deterministic)
-        return self.decode(
-            decoder_input_ids,
-            encoded,
-            attention_mask,
-            decoder_attention_mask=decoder_attention_mask,
-            deterministic=deterministic,
-        )
-
-    def encode(
-        self, input_ids: chex.Array, attention_mask: chex.Array, deterministic: bool = True
-    ) -> chex.Array:
-        """Encoder states [batch, src_len, d_model]."""
-        return self.encoder(
-            self._embed_tokens(input_ids), attention_mask, deterministic=deterministic
-        )
-
-    def decode(
-        self,
-        decoder_input_ids: chex.Array,
-        encoded: chex.Array,
-        attention_mask: chex.Array,
-        decoder_attention_mask: chex.Array | None = None,
-        deterministic: bool = True,
-    ) -> chex.Array:
-        """Teacher-forced logits [batch, tgt_len, vocab] from encoder states."""
-        hidden = self.decoder(
-            self._embed_tokens(decoder_input_ids),
-            decoder_attention_mask,
-            encoded=encoded,
-            encoder_attention_mask=attention_mask,
-            deterministic=deterministic,
-        )
-        return self._logits(hidden)
-
     def _logits(self, hidden: chex.Array) -> chex.Array:
         if self.config.tie_word_embeddings:
             logits = self.shared.attend(hidden)
         else:
             logits = self.lm_head(hidden)
         return logits + self.final_logits_bias
-
-    def init_cache(self, encoded: chex.Array, max_length: int) -> dict:
-        """Decoding cache for `max_length` target positions (cross keys precomputed)."""
-        return self.decoder.init_cache(encoded, max_length)
-
-    def decode_step(
-        self,
-        token_ids: chex.Array,
-        index: chex.Array,
-        cache: dict,
-        attention_mask: chex.Array,
-    ) -> tuple[chex.Array, dict]:
-        """Logits [batch, vocab] for one target position; see the T5 module."""
-        hidden, cache = self.decoder.decode_step(
-            self._embed_tokens(token_ids[:, None]), index, cache, attention_mask
-        )
-        return self._logits(hidden)[:, 0], cache

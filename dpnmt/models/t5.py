@@ -3,7 +3,9 @@
 Parameters are a plain pytree; dropout draws from the 'dropout' rng stream
 (`rngs={'dropout': key}`), so callers may give each example its own key under
 `vmap`. Besides the full forward pass (`__call__`), the module exposes the
-pieces generation needs: `encode`, `init_cache` and `decode_step`.
+pieces generation needs: `encode`, `init_cache` and `decode_step` (all from
+`seq2seq.EncoderDecoder`; this module holds what is T5's own: RMS norm,
+relative position bias, unscaled attention, ReLU / gated feed-forward).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import attention, dropout, lora
+from dpnmt.models import dropout, lora, seq2seq
 from dpnmt.models.config import T5Config
 
 _ACTIVATIONS = {
@@ -97,7 +99,7 @@ class T5FeedForward(nn.Module):
         return dense("wo", cfg.d_model, init_out)(hidden)
 
 
-class T5Attention(nn.Module):
+class T5Attention(seq2seq.Attention):
     """Multi-head attention without biases or query scaling (T5 style)."""
 
     config: T5Config
@@ -116,105 +118,35 @@ class T5Attention(nn.Module):
         self.o = dense("o", cfg.d_model, inner**-0.5)
         self.dropout = dropout.Dropout(cfg.dropout_rate)
 
-    def _heads(self, x: chex.Array) -> chex.Array:
-        return x.reshape(x.shape[:2] + (self.config.num_heads, self.config.d_kv))
-
-    def project_kv(self, states: chex.Array) -> tuple[chex.Array, chex.Array]:
-        """Keys and values [batch, len, heads, d_kv] of `states` [batch, len, d_model]."""
-        return self._heads(self.k(states)), self._heads(self.v(states))
-
-    def __call__(
-        self,
-        hidden: chex.Array,
-        key: chex.Array,
-        value: chex.Array,
-        *,
-        mask: chex.Array,
-        bias: chex.Array | None,
-        deterministic: bool,
-    ) -> chex.Array:
-        """Attends `hidden` [batch, q_len, d_model] over projected keys/values."""
-        query = self._heads(self.q(hidden))
-        out = attention.dot_product_attention(
-            query,
-            key,
-            value,
-            mask=mask,
-            bias=bias,
-            dropout=lambda w: self.dropout(w, deterministic=deterministic),
-        )
-        return self.o(out)
+    def _head_shape(self) -> tuple[int, int]:
+        return self.config.num_heads, self.config.d_kv
 
 
-class T5Block(nn.Module):
+class T5Block(seq2seq.PreNormLayer):
     """Pre-norm block: self-attention, [cross-attention,] feed-forward."""
 
     config: T5Config
     is_decoder: bool
 
-    def setup(self):  # noqa: D102 (flax hook)
-        cfg = self.config
-        self.self_attention_norm = RMSNorm(cfg.layer_norm_epsilon)
-        self.self_attention = T5Attention(cfg)
-        if self.is_decoder:
-            self.cross_attention_norm = RMSNorm(cfg.layer_norm_epsilon)
-            self.cross_attention = T5Attention(cfg)
-        self.ffn_norm = RMSNorm(cfg.layer_norm_epsilon)
-        self.ffn = T5FeedForward(cfg)
-        self.dropout = dropout.Dropout(cfg.dropout_rate)
+    def _norm(self) -> RMSNorm:
+        return RMSNorm(self.config.layer_norm_epsilon)
 
-    def init_cache(self, encoded: chex.Array, max_length: int) -> dict[str, chex.Array]:
-        """Empty self-attention cache and precomputed cross-attention keys/values."""
-        cfg = self.config
-        batch = encoded.shape[0]
-        empty = jnp.zeros((batch, max_length, cfg.num_heads, cfg.d_kv), encoded.dtype)
-        cross_k, cross_v = self.cross_attention.project_kv(encoded)
-        return {"self_k": empty, "self_v": empty, "cross_k": cross_k, "cross_v": cross_v}
+    def _attention(self) -> T5Attention:
+        return T5Attention(self.config)
 
-    def __call__(
-        self,
-        x: chex.Array,
-        *,
-        self_mask: chex.Array,
-        self_bias: chex.Array,
-        encoded: chex.Array | None = None,
-        cross_mask: chex.Array | None = None,
-        deterministic: bool = True,
-        cache: dict[str, chex.Array] | None = None,
-        cache_index: chex.Array | None = None,
-    ) -> tuple[chex.Array, dict[str, chex.Array] | None]:
-        """Runs the block on [batch, len, d_model]; with `cache`, len is 1.
+    def _ffn(self) -> T5FeedForward:
+        return T5FeedForward(self.config)
 
-        Returns:
-            The block output and the updated cache (None without a cache).
-        """
-        normed = self.self_attention_norm(x)
-        key, value = self.self_attention.project_kv(normed)
-        if cache is not None:
-            cache = dict(cache)
-            cache["self_k"] = attention.write_cache(cache["self_k"], key, cache_index)
-            cache["self_v"] = attention.write_cache(cache["self_v"], value, cache_index)
-            key, value = cache["self_k"], cache["self_v"]
-        out = self.self_attention(
-            normed, key, value, mask=self_mask, bias=self_bias, deterministic=deterministic
-        )
-        x = x + self.dropout(out, deterministic=deterministic)
-        if self.is_decoder:
-            normed = self.cross_attention_norm(x)
-            if cache is not None:
-                key, value = cache["cross_k"], cache["cross_v"]
-            else:
-                key, value = self.cross_attention.project_kv(encoded)
-            out = self.cross_attention(
-                normed, key, value, mask=cross_mask, bias=None, deterministic=deterministic
-            )
-            x = x + self.dropout(out, deterministic=deterministic)
-        out = self.ffn(self.ffn_norm(x), deterministic=deterministic)
-        return x + self.dropout(out, deterministic=deterministic), cache
+    def _dropout_rate(self) -> float:
+        return self.config.dropout_rate
 
 
-class T5Stack(nn.Module):
-    """Encoder or decoder stack over already-embedded tokens."""
+class T5Stack(seq2seq.Stack):
+    """Encoder or decoder stack of `T5Block`s (parameters `block_0`, `block_1`, ...).
+
+    Positions enter only as a relative position bias on the self-attention
+    scores, one table shared by all blocks; the output is RMS-normed.
+    """
 
     config: T5Config
     is_decoder: bool
@@ -231,7 +163,10 @@ class T5Stack(nn.Module):
         self.final_norm = RMSNorm(cfg.layer_norm_epsilon)
         self.dropout = dropout.Dropout(cfg.dropout_rate)
 
-    def position_bias(self, query_positions: chex.Array, key_positions: chex.Array) -> chex.Array:
+    def _layers(self) -> list[T5Block]:
+        return self.block
+
+    def _self_bias(self, query_positions: chex.Array, key_positions: chex.Array) -> chex.Array:
         """Relative position bias [1, heads, q_len, k_len]."""
         cfg = self.config
         buckets = relative_position_bucket(
@@ -242,79 +177,19 @@ class T5Stack(nn.Module):
         )
         return jnp.transpose(self.relative_attention_bias(buckets), (2, 0, 1))[None]
 
-    def __call__(
-        self,
-        embedded: chex.Array,
-        attention_mask: chex.Array | None,
-        *,
-        encoded: chex.Array | None = None,
-        encoder_attention_mask: chex.Array | None = None,
-        deterministic: bool = True,
-    ) -> chex.Array:
-        """Full-sequence pass: [batch, len, d_model] -> [batch, len, d_model].
+    def _embed(self, embedded: chex.Array, positions: chex.Array, deterministic: bool):
+        del positions  # T5's positions enter through the attention bias.
+        return self.dropout(embedded, deterministic=deterministic)
 
-        Args:
-            embedded: Token embeddings.
-            attention_mask: [batch, len] 0/1 padding mask of this stack's tokens.
-            encoded: Encoder output (decoder only).
-            encoder_attention_mask: [batch, src_len] encoder padding mask.
-            deterministic: Disables dropout when True.
-        """
-        batch, length = embedded.shape[:2]
-        positions = jnp.arange(length)
-        bias = self.position_bias(positions, positions)
-        mask = attention.padding_mask(attention_mask, batch, length)
-        cross_mask = None
-        if self.is_decoder:
-            mask = mask & attention.causal_mask(length)
-            cross_mask = attention.padding_mask(encoder_attention_mask, batch, encoded.shape[1])
-        x = self.dropout(embedded, deterministic=deterministic)
-        for block in self.block:
-            x, _ = block(
-                x,
-                self_mask=mask,
-                self_bias=bias,
-                encoded=encoded,
-                cross_mask=cross_mask,
-                deterministic=deterministic,
-            )
+    def _final(self, x: chex.Array, deterministic: bool) -> chex.Array:
         return self.dropout(self.final_norm(x), deterministic=deterministic)
 
-    def init_cache(self, encoded: chex.Array, max_length: int) -> dict[str, dict[str, chex.Array]]:
-        """Per-block decoding caches for `max_length` target positions."""
-        return {f"block_{i}": b.init_cache(encoded, max_length) for i, b in enumerate(self.block)}
 
-    def decode_step(
-        self,
-        embedded: chex.Array,
-        index: chex.Array,
-        cache: dict[str, dict[str, chex.Array]],
-        encoder_attention_mask: chex.Array | None,
-    ) -> tuple[chex.Array, dict[str, dict[str, chex.Array]]]:
-        """One decoder position: [batch, 1, d_model] at `index` -> same shape, new cache."""
-        batch = embedded.shape[0]
-        max_length = cache["block_0"]["self_k"].shape[1]
-        key_positions = jnp.arange(max_length)
-        bias = self.position_bias(jnp.reshape(index, (1,)), key_positions)
-        mask = (key_positions <= index)[None, None, None, :]
-        src_len = cache["block_0"]["cross_k"].shape[1]
-        cross_mask = attention.padding_mask(encoder_attention_mask, batch, src_len)
-        x = embedded
-        new_cache = {}
-        for i, block in enumerate(self.block):
-            x, new_cache[f"block_{i}"] = block(
-                x,
-                self_mask=mask,
-                self_bias=bias,
-                cross_mask=cross_mask,
-                cache=cache[f"block_{i}"],
-                cache_index=index,
-            )
-        return self.final_norm(x), new_cache
-
-
-class T5ForConditionalGeneration(nn.Module):
+class T5ForConditionalGeneration(seq2seq.EncoderDecoder):
     """T5 / mT5 encoder-decoder with a language-model head.
+
+    v1.0 projects onto the shared embedding after scaling the decoder output
+    by d_model**-0.5; v1.1 and mT5 use an untied `lm_head`, unscaled.
 
     Attributes:
         config: Architecture.
@@ -322,76 +197,16 @@ class T5ForConditionalGeneration(nn.Module):
 
     config: T5Config
 
-    def setup(self):  # noqa: D102 (flax hook)
-        cfg = self.config
-        self.shared = nn.Embed(
-            cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(1.0)
-        )
-        self.encoder = T5Stack(cfg, is_decoder=False)
-        self.decoder = T5Stack(cfg, is_decoder=True)
-        if not cfg.tie_word_embeddings:
-            # std d_model^-0.5 (fan-in, as t5x's logits layer): the final
-            # RMS-normed states have unit scale, so std 1 would give logits
-            # of std sqrt(d_model) and an initial loss of ~d_model/2 nats.
-            self.lm_head = nn.Dense(
-                cfg.vocab_size,
-                use_bias=False,
-                kernel_init=nn.initializers.normal(cfg.d_model**-0.5),
-            )
+    stack_class = T5Stack
 
-    def __call__(
-        self,
-        input_ids: chex.Array,
-        attention_mask: chex.Array,
-        decoder_input_ids: chex.Array,
-        decoder_attention_mask: chex.Array | None = None,
-        deterministic: bool = True,
-    ) -> chex.Array:
-        """Teacher-forced logits.
+    def _init_std(self, name: str) -> float:
+        # lm_head: std d_model^-0.5 (fan-in, as t5x's logits layer): the final
+        # RMS-normed states have unit scale, so std 1 would give logits of std
+        # sqrt(d_model) and an initial loss of ~d_model/2 nats.
+        return 1.0 if name == "shared" else self.config.d_model**-0.5
 
-        Args:
-            input_ids: [batch, src_len] int32 source tokens.
-            attention_mask: [batch, src_len] 1 for real tokens, 0 for padding.
-            decoder_input_ids: [batch, tgt_len] int32 shifted-right targets.
-            decoder_attention_mask: [batch, tgt_len] target padding mask, or None.
-            deterministic: Disables dropout when True; otherwise needs a
-                'dropout' rng.
-
-        Returns:
-            [batch, tgt_len, vocab_size] float32 logits.
-        """
-        encoded = self.encode(input_ids, attention_mask, deterministic=deterministic)
-        return self.decode(
-            decoder_input_ids,
-            encoded,
-            attention_mask,
-            decoder_attention_mask=decoder_attention_mask,
-            deterministic=deterministic,
-        )
-
-    def encode(
-        self, input_ids: chex.Array, attention_mask: chex.Array, deterministic: bool = True
-    ) -> chex.Array:
-        """Encoder states [batch, src_len, d_model]."""
-        return self.encoder(self.shared(input_ids), attention_mask, deterministic=deterministic)
-
-    def decode(
-        self,
-        decoder_input_ids: chex.Array,
-        encoded: chex.Array,
-        attention_mask: chex.Array,
-        decoder_attention_mask: chex.Array | None = None,
-        deterministic: bool = True,
-    ) -> chex.Array:
-        """Teacher-forced logits [batch, tgt_len, vocab] from encoder states."""
-        hidden = self.decoder(
-            self.shared(decoder_input_ids),
-            decoder_attention_mask,
-            encoded=encoded,
-            encoder_attention_mask=attention_mask,
-            deterministic=deterministic,
-        )
-        return self._logits(hidden)
+    def _embed_tokens(self, ids: chex.Array) -> chex.Array:
+        return self.shared(ids)
 
     def _logits(self, hidden: chex.Array) -> chex.Array:
         if self.config.scale_decoder_outputs:
@@ -399,30 +214,3 @@ class T5ForConditionalGeneration(nn.Module):
         if self.config.tie_word_embeddings:
             return self.shared.attend(hidden)
         return self.lm_head(hidden)
-
-    def init_cache(self, encoded: chex.Array, max_length: int) -> dict:
-        """Decoding cache for `max_length` target positions (cross keys precomputed)."""
-        return self.decoder.init_cache(encoded, max_length)
-
-    def decode_step(
-        self,
-        token_ids: chex.Array,
-        index: chex.Array,
-        cache: dict,
-        attention_mask: chex.Array,
-    ) -> tuple[chex.Array, dict]:
-        """Logits for one target position.
-
-        Args:
-            token_ids: [batch] int32 tokens at position `index`.
-            index: Scalar int32 target position.
-            cache: From `init_cache` or the previous step.
-            attention_mask: [batch, src_len] source padding mask.
-
-        Returns:
-            ([batch, vocab] float32 logits of the next token, updated cache).
-        """
-        hidden, cache = self.decoder.decode_step(
-            self.shared(token_ids[:, None]), index, cache, attention_mask
-        )
-        return self._logits(hidden)[:, 0], cache

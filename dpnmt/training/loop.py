@@ -154,7 +154,7 @@ def train_and_evaluate(
             acc = jax.device_put(core.init_accumulator(state.trainable), replicated)
             loss_sum = jnp.zeros(())
             for index, micro in enumerate(microbatches):
-                key = jax.random.fold_in(jax.random.fold_in(dropout_base, step), index)
+                key = core.dropout_key(dropout_base, step, index)
                 acc, micro_loss = run.step_fns.add_microbatch(
                     acc, state.trainable, frozen, micro, key
                 )
@@ -168,13 +168,16 @@ def train_and_evaluate(
             # lot's programs at once; on a forced multi-device CPU that is where
             # a collective once never completed (WORKSPACE.md, CI).
             jax.block_until_ready(state.trainable)
-            trainable, opt_state = run.step_fns.apply_lot(
-                state.trainable, state.opt_state, acc, core.noise_key_for_step(noise_base, step)
-            )
-            timer.sync(trainable)  # Profiling only: charge the lot's device time here.
+            # The core's key schedule: lot `step` is noised with
+            # noise_key_for_step(noise_base, step), inside the step.
+            lot_state = core.TrainState(jnp.int32(step), state.trainable, state.opt_state)
+            lot_state = run.step_fns.apply_lot(lot_state, acc, noise_base)
+            timer.sync(lot_state.params)  # Profiling only: charge the lot's device time here.
             timer.stop()
             step += 1
-            state = dataclasses.replace(state, step=step, trainable=trainable, opt_state=opt_state)
+            state = dataclasses.replace(
+                state, step=step, trainable=lot_state.params, opt_state=lot_state.opt_state
+            )
             if step % config.train.log_every_steps == 0 or step == plan.num_steps:
                 # A private run's training loss is an un-noised statistic of the lot
                 # (0.0 exactly for an empty lot): it is not released.

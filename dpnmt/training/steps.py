@@ -1,18 +1,18 @@
 """The one DP-SGD lot step, sharded on the data mesh: training and every privacy test run it.
 
-One step = one lot. Each fixed-shape masked micro-batch (sharded `P('data')`)
-adds its sum of clipped per-example gradients to a replicated accumulator
-(`add_microbatch`); the lot's update adds Gaussian noise ONCE to that global
-sum and divides by the fixed expected lot size L (`release`), then applies the
-optimizer (`apply_lot`). Params, optimizer state, the accumulator and the keys
-are replicated: the batch-axis sum makes XLA all-reduce across devices, and the
-noise drawn from the replicated key on the replicated sum is drawn once, never
-once per device (σC√D).
+A thin, jitted and sharded user of `dpnmt.core.dp_step` (the core-owned lot
+step). One step = one lot. Each fixed-shape masked micro-batch (sharded
+`P('data')`) adds its sum of clipped per-example gradients to a replicated
+accumulator (`add_microbatch`); the lot's update adds Gaussian noise ONCE to
+that global sum and divides by the fixed expected lot size L (`release`), then
+applies the optimizer to a `core.TrainState` (`apply_lot`). The state, the
+accumulator and the keys are replicated: the batch-axis sum makes XLA
+all-reduce across devices, and the noise drawn from the replicated key on the
+replicated sum is drawn once, never once per device (σC√D).
 """
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import chex
 import jax
@@ -158,13 +158,15 @@ class LotStep:
         summed loss of its real rows is private (never publish it in a DP run).
       release: `(acc, noise_key) -> gradient` like `trainable`: private,
         `(Σ clipped + N(0, σ²C²)) / L` with the noise drawn once; else `Σ / L`.
-      apply_lot: `(trainable, opt_state, acc, noise_key) -> (trainable,
-        opt_state)`: `release`, then the optimizer.
+      apply_lot: `(state, acc, noise_base) -> state` on a `core.TrainState`
+        (donated): `release` with lot `state.step`'s noise key
+        (`core.dp_step.noise_key(noise_base, state.step)`; `noise_base` is the
+        run's SECRET noise base key), then the optimizer; `step` + 1.
     """
 
     add_microbatch: Callable[..., tuple[core.AccumulatorState, jax.Array]]
     release: Callable[[core.AccumulatorState, chex.PRNGKey], chex.ArrayTree]
-    apply_lot: Callable[..., tuple[chex.ArrayTree, Any]]
+    apply_lot: Callable[[core.TrainState, core.AccumulatorState, chex.PRNGKey], core.TrainState]
 
 
 def _examples(micro: dict) -> dict:
@@ -204,44 +206,44 @@ def make_lot_step(
         def one_loss(params, example, example_key):
             return loss_fn(models.merge_params(params, frozen), example, example_key)
 
-        real = jnp.sum(mask != 0).astype(jnp.int32)
         if privacy.private:
-            grad_sum, _, mean_loss = core.private_grad_sum(
+            return core.dp_step.add_microbatch(
+                acc,
                 one_loss,
                 trainable,
                 batch,
                 mask,
-                privacy.l2_clip,
+                l2_clip=privacy.l2_clip,
                 key=key,
                 clipping=clipping,
                 microbatch_size=clipping_chunk or None,
             )
-            loss_sum = mean_loss * real
-        else:  # Non-private baseline: plain gradient of the sum of example losses.
-            keys = jax.random.split(key, mask.shape[0])
+        # Non-private baseline: plain gradient of the sum of example losses.
+        keys = jax.random.split(key, mask.shape[0])
 
-            def summed(params):
-                losses = jax.vmap(one_loss, in_axes=(None, 0, 0))(params, batch, keys)
-                return jnp.sum(jnp.where(mask != 0, losses, 0.0))
+        def summed(params):
+            losses = jax.vmap(one_loss, in_axes=(None, 0, 0))(params, batch, keys)
+            return jnp.sum(jnp.where(mask != 0, losses, 0.0))
 
-            loss_sum, grad_sum = jax.value_and_grad(summed)(trainable)
-        return core.accumulate(acc, grad_sum, real), loss_sum
+        loss_sum, grad_sum = jax.value_and_grad(summed)(trainable)
+        return core.accumulate(acc, grad_sum, jnp.sum(mask != 0).astype(jnp.int32)), loss_sum
+
+    noise = {
+        "noise_multiplier": privacy.noise_multiplier,
+        "l2_clip": privacy.l2_clip,
+        "expected_lot_size": privacy.expected_lot_size,
+        "noise_mode": privacy.noise_mode,
+    }
 
     def release(acc, noise_key):
         if privacy.private:
-            return core.noisy_average(
-                acc,
-                noise_key,
-                privacy.noise_multiplier,
-                privacy.l2_clip,
-                privacy.expected_lot_size,
-                noise_mode=privacy.noise_mode,
-            )
+            return core.dp_step.release(acc, noise_key, **noise)
         return jax.tree.map(lambda g: g / privacy.expected_lot_size, acc.grad_sum)
 
-    def apply_lot(trainable, opt_state, acc, noise_key):
-        updates, opt_state = tx.update(release(acc, noise_key), opt_state, trainable)
-        return optax.apply_updates(trainable, updates), opt_state
+    def apply_lot(state, acc, noise_base):
+        if privacy.private:
+            return core.dp_step.apply_lot(state, acc, noise_base, tx=tx, **noise)
+        return core.dp_step.apply_gradient(state, release(acc, None), tx)
 
     return LotStep(
         add_microbatch=jax.jit(
@@ -253,9 +255,9 @@ def make_lot_step(
         release=jax.jit(release, in_shardings=(replicated, replicated), out_shardings=replicated),
         apply_lot=jax.jit(
             apply_lot,
-            in_shardings=(replicated, replicated, replicated, replicated),
-            out_shardings=(replicated, replicated),
-            donate_argnums=(0, 1),
+            in_shardings=(replicated, replicated, replicated),
+            out_shardings=replicated,
+            donate_argnums=0,
         ),
     )
 

@@ -109,12 +109,12 @@ def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text):
 
 def test_a_step_without_noise_is_caught(tmp_path, public_text, monkeypatch):
     """The same eps1 run with its noise switched off: the claim must be refuted."""
-    real = core.noisy_average
+    real = core.dp_step.release  # The one release every DP step goes through.
 
-    def noiseless(state, key, noise_multiplier, l2_clip, expected_lot_size, **kwargs):
-        return real(state, key, 0.0, l2_clip, expected_lot_size, **kwargs)
+    def noiseless(lot, key, *, noise_multiplier, **kwargs):
+        return real(lot, key, noise_multiplier=0.0, **kwargs)
 
-    monkeypatch.setattr(core, "noisy_average", noiseless)
+    monkeypatch.setattr(core.dp_step, "release", noiseless)
     config = audit_config("eps1", public_text)
     report = auditing.run_audit(
         config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3

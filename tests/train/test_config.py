@@ -25,6 +25,7 @@ def _load(name):
     [
         ("", True, 8.0, "poisson"),
         ("eps1", True, 1.0, "poisson"),
+        ("eps3", True, 3.0, "poisson"),
         ("eps5", True, 5.0, "poisson"),
         ("eps8", True, 8.0, "poisson"),
         ("eps1000", True, 1000.0, "poisson"),

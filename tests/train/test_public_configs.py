@@ -1,10 +1,14 @@
-"""Issue 27 item 8: no private data in a config's vocabulary or public stage.
+"""Issue 27 item 8: no private data in a config's vocabulary, public stage or hyper-parameters.
 
 Every config file's public text (`tokenizer.public_corpora`,
 `tokenizer.public_text_paths`) and a public stage's corpora are public: never
-Multi30K (the private corpus of the Multi30K runs) nor the run's own private
-corpus. The Multi30K runs and the public stage share one public vocabulary, and
-the DP-SentencePiece variant is the config the README's committed tables ran.
+Multi30K or BSD (the private corpora of this project's runs) nor the run's own
+private corpus. A fine-tuning config names its public stage (`PUBLIC_STAGE`),
+whose corpora and vocabulary hold none of them either. The stand-in task that
+tunes the DP hyper-parameters trains on public data and uses exactly the
+Multi30K rows' recipe. The Multi30K runs and the public stage share one public
+vocabulary, and the DP-SentencePiece variant is the config the README's
+committed tables ran.
 """
 
 import json
@@ -16,15 +20,24 @@ import pytest
 from dpnmt import config_lib
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.data import corpora, public_vocab
-from tests.small_configs import load_config
+from tests.small_configs import config_module, load_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.py"))
-PRIVATE_CORPORA = ("multi30k",)  # The private side of this project's runs.
+PRIVATE_CORPORA = ("multi30k", "bsd")  # The private side of this project's runs.
+
+
+def _module(path):
+    return config_module(path)
 
 
 def _get_config(path, variant=None):
     return load_config(path, variant)
+
+
+def _names(spec) -> set[str]:
+    """Registry names of a corpus list ("files:a,detok:wmt16" -> {"a", "wmt16"})."""
+    return {e.registry_name for e in corpora.parse_corpus_names(spec)} if spec else set()
 
 
 def _configs():
@@ -65,9 +78,10 @@ def test_multi30k_runs_and_the_public_stage_share_one_public_vocabulary():
             ("multi30k.py", "eps8"),
             ("multi30k.py", "nonprivate"),
             ("public_de_en.py", None),
+            ("multi30k_scratch_recipe.py", "eps8"),
         )
     ]
-    assert specs[0] == specs[1] == specs[2]
+    assert specs[0] == specs[1] == specs[2] == specs[3]
     assert specs[0].vocab_size == 8000 and "multi30k" not in ",".join(specs[0].corpora)
 
 
@@ -98,3 +112,103 @@ def test_lengths_are_measured_on_public_splits_only():
         assert not re.search(r"--measure=\S+ --measure_split=train", text), path.name
     multi30k = (ROOT / "configs" / "multi30k.py").read_text(encoding="utf-8")
     assert "public validation split" in multi30k and "0.4% of German" not in multi30k
+
+
+FINE_TUNING = sorted(p.name for p in CONFIGS if hasattr(_module(p), "PUBLIC_STAGE"))
+
+
+def test_the_fine_tuning_configs_are_found():
+    expected = {
+        "multi30k_from_public.py",
+        "multi30k_from_public_lora.py",
+        "standin_tatoeba.py",
+        "standin_tatoeba_lora.py",
+        "bsd_from_public.py",
+    }
+    assert expected <= set(FINE_TUNING)
+
+
+@pytest.mark.parametrize("name", FINE_TUNING)
+@pytest.mark.parametrize("variant", ["eps8", "nonprivate"])
+def test_a_fine_tuning_config_starts_from_a_public_stage_of_public_data(name, variant):
+    """Its public stage's corpora and vocabulary: no private corpus, not its own corpus."""
+    stage_name = _module(ROOT / "configs" / name).PUBLIC_STAGE
+    config = _get_config(ROOT / "configs" / name, variant)
+    stage = _get_config(ROOT / "configs" / f"{stage_name}.py", None)
+    assert config.model.name_or_path.endswith(f"/{stage_name}"), config.model.name_or_path
+    assert config.tokenizer.kind == "auto" and config.model.pretrained_data_disjoint
+    assert not stage.dp.enabled and stage.tokenizer.kind == "sentencepiece_public"
+    with pytest.raises(ValueError):
+        _get_config(ROOT / "configs" / f"{stage_name}.py", "eps8")  # A public stage refuses DP.
+    public = _names(stage.data.corpus) | _names(stage.tokenizer.public_corpora)
+    private = _names(config.data.corpus) | set(PRIVATE_CORPORA)
+    assert public and not public & private, (name, public & private)
+    assert not any(p in text for text in public for p in PRIVATE_CORPORA), public
+
+
+def test_the_standin_trains_on_public_data_of_multi30k_size():
+    """The stand-in's "private" corpus is one the real public stage trains on."""
+    multi30k = _module(ROOT / "configs" / "multi30k.py")
+    for name in ("standin_tatoeba.py", "standin_tatoeba_lora.py"):
+        config = _get_config(ROOT / "configs" / name, "eps8")
+        training = _names(config.data.corpus)
+        assert training and training <= _names(multi30k.PUBLIC_CORPORA), training
+        assert not training & set(PRIVATE_CORPORA)
+        assert config.data.max_train_examples == 29000  # Multi30K's N: the same q, T and σ.
+
+
+RECIPE_FIELDS = (
+    "train.expected_lot_size",
+    "train.num_epochs",
+    "train.learning_rate",
+    "train.warmup_steps",
+    "train.decay",
+    "train.optimizer",
+    "train.label_smoothing",
+    "dp.enabled",
+    "dp.target_epsilon",
+    "dp.l2_clip",
+    "dp.delta",
+    "dp.sampling",
+    "dp.accountant",
+    "model.finetune",
+    "model.lora_rank",
+    "model.lora_alpha",
+    "model.lora_targets",
+    "eval.num_beams",
+    "eval.length_penalty",
+)
+
+
+@pytest.mark.parametrize(
+    "variant", ["eps1", "eps3", "eps8", "nonprivate", "eps8,lora", "eps1,lora", "eps8,shuffle"]
+)
+def test_the_standin_recipe_is_the_multi30k_rows_recipe(variant):
+    """Values tuned on the stand-in go unchanged into the Multi30K rows (and scratch's)."""
+    standin = _get_config(ROOT / "configs" / "standin_tatoeba.py", variant)
+    real = _get_config(ROOT / "configs" / "multi30k_from_public.py", variant)
+    rows = [real]
+    if "lora" not in variant:
+        rows.append(_get_config(ROOT / "configs" / "multi30k_scratch_recipe.py", variant))
+    else:
+        rows.append(_get_config(ROOT / "configs" / "multi30k_from_public_lora.py", variant))
+        rows.append(_get_config(ROOT / "configs" / "standin_tatoeba_lora.py", variant))
+    for row in rows:
+        for field in RECIPE_FIELDS:
+            ours, theirs = (
+                config_fields_lib.field_value(standin, field),
+                config_fields_lib.field_value(row, field),
+            )
+            assert ours == theirs, (variant, field, ours, theirs)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 3.0, 8.0])
+def test_the_dp_rows_use_large_poisson_lots(epsilon):
+    full = _get_config(ROOT / "configs" / "multi30k_from_public.py", f"eps{epsilon:g}")
+    lora = _get_config(ROOT / "configs" / "multi30k_from_public_lora.py", f"eps{epsilon:g}")
+    for config in (full, lora):
+        assert config.dp.enabled and config.dp.target_epsilon == epsilon
+        assert config.dp.sampling == "poisson" and config.dp.delta == 1e-8
+        assert config.train.expected_lot_size >= 1024
+    assert lora.model.finetune == "lora" and lora.model.lora_rank >= 1
+    assert lora.train.learning_rate != full.train.learning_rate  # LoRA's own rate.

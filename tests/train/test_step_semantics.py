@@ -124,7 +124,8 @@ def test_examples_do_not_couple_and_padding_rows_and_tokens_contribute_zero(tiny
 
 def test_update_is_noisy_sum_over_fixed_l_whatever_the_realised_size(tiny):
     grad_sum = jax.tree.map(lambda p: jnp.full(p.shape, 0.25, jnp.float32), tiny.params)
-    key = core.noise_key_for_step(core.key_from_seed(1234, allow_fixed_seed_for_testing=True), 3)
+    noise_base = core.key_from_seed(1234, allow_fixed_seed_for_testing=True)
+    key = core.noise_key_for_step(noise_base, 3)  # Lot 3's key, as the step derives it.
     noisy_sum = core.add_gaussian_noise(
         grad_sum, tiny.plan.noise_multiplier * tiny.plan.l2_clip, key
     )
@@ -134,7 +135,8 @@ def test_update_is_noisy_sum_over_fixed_l_whatever_the_realised_size(tiny):
     for realised in (0, 3, 8, 20):
         acc = core.AccumulatorState(grad_sum, jnp.asarray(realised, jnp.int32))
         params = jax.tree.map(jnp.copy, tiny.params)
-        updated, _ = tiny.steps.apply_lot(params, tiny.tx.init(params), acc, key)
+        state = core.TrainState(jnp.int32(3), params, tiny.tx.init(params))
+        updated = tiny.steps.apply_lot(state, acc, noise_base).params
         jax.tree.map(
             lambda u, e: np.testing.assert_allclose(u, e, rtol=1e-5, atol=1e-6),
             updated,
@@ -143,6 +145,7 @@ def test_update_is_noisy_sum_over_fixed_l_whatever_the_realised_size(tiny):
     # An empty lot (zero micro-batches) is still a noisy step.
     empty = core.init_accumulator(tiny.params)
     params = jax.tree.map(jnp.copy, tiny.params)
-    updated, _ = tiny.steps.apply_lot(params, tiny.tx.init(params), empty, key)
+    state = core.TrainState(jnp.int32(3), params, tiny.tx.init(params))
+    updated = tiny.steps.apply_lot(state, empty, noise_base).params
     moved = jax.tree.map(lambda u, p: float(jnp.max(jnp.abs(u - p))), updated, tiny.params)
     assert min(jax.tree.leaves(moved)) > 0.0
