@@ -10,10 +10,13 @@ when the validation split was carved from the private train split. Logic:
 `dpnmt.evaluation.decode`.
 """
 
+import dataclasses
+
 from absl import app, flags
 from ml_collections import config_flags
 
 from dpnmt import cli
+from dpnmt.config import RunConfig
 from dpnmt.evaluation import decode as decode_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -40,14 +43,13 @@ def main(argv):
     if _ZERO_SHOT.value:
         if _CONFIG.value is None:
             raise app.UsageError("--zero_shot needs --config naming a pretrained model.")
-        config = _CONFIG.value
+        config = RunConfig.of(_CONFIG.value)
     else:
         config = decode_lib.load_run_config(_WORKDIR.value)
         decode_lib.warn_if_unfinished(_WORKDIR.value)
-    if _NUM_BEAMS.value is not None:
-        config.eval.num_beams = _NUM_BEAMS.value
-    if _BERTSCORE_MODEL.value is not None:
-        config.eval.bertscore_model = _BERTSCORE_MODEL.value
+    overrides = {"num_beams": _NUM_BEAMS.value, "bertscore_model": _BERTSCORE_MODEL.value}
+    overrides = {name: value for name, value in overrides.items() if value is not None}
+    config = dataclasses.replace(config, eval=dataclasses.replace(config.eval, **overrides))
     decode_lib.decode_and_score(
         config,
         _WORKDIR.value,

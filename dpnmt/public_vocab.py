@@ -23,6 +23,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from dpnmt import cli
+from dpnmt.config import RunConfig
 from dpnmt.data import public_checks, public_vocab
 from dpnmt.errors import raise_problems
 
@@ -53,13 +54,14 @@ def main(argv):
     """Resolves the spec from --config and the flags, then builds and prints it."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    config = _CONFIG.value
+    config = _CONFIG.value  # Still a ConfigDict for public_checks and pieces.
+    run = RunConfig.of(config) if config is not None else None
     if config is not None:
         raise_problems(
             public_checks.public_corpora_problems(config)
             + public_checks.measure_split_problems(config, _MEASURE.value, _MEASURE_SPLIT.value)
         )
-    corpora = _CORPORA.value or (config.tokenizer.public_corpora if config else "")
+    corpora = _CORPORA.value or (run.tokenizer.public_corpora if run else "")
     if not corpora:
         raise app.UsageError(
             "Name the public corpora: --corpora=..., or a --config whose "
@@ -67,9 +69,9 @@ def main(argv):
         )
     spec = public_vocab.PublicVocabSpec.create(
         corpora,
-        _PAIR.value or (config.data.pair if config else "de-en"),
-        _VOCAB_SIZE.value or (config.tokenizer.vocab_size if config else 8000),
-        _MODEL_TYPE.value or (config.tokenizer.model_type if config else "unigram"),
+        _PAIR.value or (run.data.pair if run else "de-en"),
+        _VOCAB_SIZE.value or (run.tokenizer.vocab_size if run else 8000),
+        _MODEL_TYPE.value or (run.tokenizer.model_type if run else "unigram"),
     )
     measured = None
     if _MEASURE.value:
@@ -78,7 +80,7 @@ def main(argv):
             f"{spec.languages[0]}-{spec.languages[1]}",
             **public_checks.measure_options(config, _MEASURE.value),
         )
-        if config is not None and config.dp.enabled:
+        if run is not None and run.dp.enabled:
             from dpnmt.training import pieces  # Only here: it imports the model code.
 
             private = pieces.load_corpus(config)

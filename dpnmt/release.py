@@ -17,9 +17,8 @@ import json
 import os
 from typing import Any
 
-import ml_collections
-
 from dpnmt import model_card
+from dpnmt.config import DataConfig, EvalConfig, ModelConfig
 from dpnmt.data import hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
@@ -68,21 +67,19 @@ class Translator:
     max_source_length: int
 
 
-def _settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+def _settings(data: DataConfig, model: ModelConfig, eval_config: EvalConfig) -> dict[str, Any]:
     """The public decoding settings of a run, as written to `dpnmt.json`."""
-    pair = parse_pair(config.data.pair)
-    src_lang, tgt_lang = mbart_codes(pair) if config.model.family == "mbart" else (None, None)
+    pair = parse_pair(data.pair)
+    src_lang, tgt_lang = mbart_codes(pair) if model.family == "mbart" else (None, None)
     return {
-        "pair": config.data.pair,
-        "family": config.model.family,
-        "source_prefix": family_source_prefix(
-            config.model.family, pair, config.model.source_prefix
-        ),
+        "pair": data.pair,
+        "family": model.family,
+        "source_prefix": family_source_prefix(model.family, pair, model.source_prefix),
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
-        "max_source_length": config.data.max_source_length,
-        "max_new_tokens": config.eval.max_new_tokens,
-        "num_beams": config.eval.num_beams,
+        "max_source_length": data.max_source_length,
+        "max_new_tokens": eval_config.max_new_tokens,
+        "num_beams": eval_config.num_beams,
     }
 
 
@@ -97,9 +94,9 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         raise ValueError("Give exactly one of --workdir (a training run) or --model (an export).")
     if workdir is not None:
         require_trained_run(workdir)
-        config = decode_lib.load_run_config(workdir)
-        tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(config, workdir)
-        settings = _settings(config)
+        run = decode_lib.load_run_config(workdir)
+        tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(run, workdir)
+        settings = _settings(run.data, run.model, run.eval)
     else:
         from dpnmt import models
 
@@ -152,11 +149,11 @@ def export_run(workdir: str, out_dir: str) -> str:
     require_trained_run(workdir)
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"--out={out_dir} is not empty; give a new or empty folder.")
-    config = decode_lib.load_run_config(workdir)
+    run, config = decode_lib.with_pieces_config(decode_lib.load_run_config(workdir))
     tokenizer, vocabulary = pieces.build_tokenizer(
         config, None, workdir, noise_seed=None, learn=False
     )
-    _, _, model_config, params, plan, steps_done = decode_lib.load_trained(config, workdir)
+    _, _, model_config, params, plan, steps_done = decode_lib.load_trained(run, workdir)
     results = _read_results(workdir)
     if results is not None and results.get("finished") and "privacy" in results:
         privacy = results["privacy"]
@@ -172,9 +169,9 @@ def export_run(workdir: str, out_dir: str) -> str:
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
     # The privacy record travels with the model: a run fine-tuning it composes it.
-    settings = {**_settings(config), pretrained_privacy.PRIVACY_KEY: privacy}
+    settings = {**_settings(run.data, run.model, run.eval), pretrained_privacy.PRIVACY_KEY: privacy}
     write_json(os.path.join(out_dir, SETTINGS_FILE), settings)
-    card = model_card.render(config.to_dict(), privacy, results, steps_done=steps_done)
+    card = model_card.render(run.to_dict(), privacy, results, steps_done=steps_done)
     with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:
         f.write(card)
     return card

@@ -20,7 +20,7 @@ from dpnmt import release
 from dpnmt.data import tokenizers
 from dpnmt.training import loop, pieces
 from tests.markers import needs_data
-from tests.train.test_end_to_end import small_config
+from tests.small_configs import small_config
 
 pytestmark = [pytest.mark.slow, needs_data]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,6 +9,7 @@ from dpnmt import models, training
 from dpnmt.auditing import canaries as canary_lib
 from dpnmt.auditing.options import AuditOptions
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
+from dpnmt.config import DataConfig, ModelConfig, RunConfig
 from dpnmt.data import preprocess
 from dpnmt.data.languages import parse_pair
 from dpnmt.evaluation import decode as decode_lib
@@ -17,13 +18,15 @@ from dpnmt.evaluation import decode as decode_lib
 class LogLikelihoodScorer:
     """log p(target | source) by teacher forcing, in fixed-shape jitted batches."""
 
-    def __init__(self, model, model_config, params, config, pad_id: int, batch_size: int = 512):
-        """Keeps the model; `config.data` gives the (fixed) source and target lengths."""
+    def __init__(
+        self, model, model_config, params, data: DataConfig, pad_id: int, batch_size: int = 512
+    ):
+        """Keeps the model; `data` gives the (fixed) source and target lengths."""
         self._params = params
         self._pad_id = pad_id
         self._batch_size = batch_size
-        self._source_length = config.data.max_source_length
-        self._target_length = config.data.max_target_length
+        self._source_length = data.max_source_length
+        self._target_length = data.max_target_length
 
         def batch_log_likelihood(params, batch):
             def one(example):
@@ -73,13 +76,13 @@ def _encode(tokenizer, texts, max_length: int, *, target: bool, what: str) -> li
     return ids
 
 
-def _source_prefix(config) -> str:
-    pair = parse_pair(config.data.pair)
-    return preprocess.family_source_prefix(config.model.family, pair, config.model.source_prefix)
+def _source_prefix(data: DataConfig, model: ModelConfig) -> str:
+    pair = parse_pair(data.pair)
+    return preprocess.family_source_prefix(model.family, pair, model.source_prefix)
 
 
 def score_canaries(
-    config: ml_collections.ConfigDict,
+    config: RunConfig | ml_collections.ConfigDict,
     workdir: str,
     canaries: list[canary_lib.Canary],
     options: AuditOptions,
@@ -93,10 +96,11 @@ def score_canaries(
     """
     from dpnmt import evaluation
 
+    run = RunConfig.of(config)
     tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(config, workdir)
-    scorer = LogLikelihoodScorer(model, model_config, params, config, tokenizer.pad_id)
-    prefix = _source_prefix(config)
-    max_source, max_target = config.data.max_source_length, config.data.max_target_length
+    scorer = LogLikelihoodScorer(model, model_config, params, run.data, tokenizer.pad_id)
+    prefix = _source_prefix(run.data, run.model)
+    max_source, max_target = run.data.max_source_length, run.data.max_target_length
     sources = _encode(
         tokenizer, [prefix + c.source for c in canaries], max_source, target=False, what="source"
     )
@@ -123,14 +127,14 @@ def score_canaries(
                 "num_candidates": stop - start,
             }
         )
-    gen = models.decoding.from_model_config(model_config, config.eval.max_new_tokens, num_beams=1)
+    gen = models.decoding.from_model_config(model_config, run.eval.max_new_tokens, num_beams=1)
     hypotheses = evaluation.translate(
         model,
         params,
         tokenizer,
         sources,
         gen=gen,
-        batch_size=config.eval.batch_size,
+        batch_size=run.eval.batch_size,
         max_source_length=max_source,
     )
     for row, canary, hypothesis in zip(rows, canaries, hypotheses, strict=True):

@@ -13,7 +13,9 @@ import ml_collections
 import numpy as np
 
 from dpnmt.auditing.options import AuditOptions
+from dpnmt.config import RunConfig
 from dpnmt.data import dp_sentencepiece
+from dpnmt.errors import ConfigError
 
 
 def group_claim(epsilon: float, delta: float, group_size: int) -> tuple[float, float]:
@@ -342,7 +344,7 @@ def membership_audit(
     }
 
 
-def forecast_claim(config: ml_collections.ConfigDict) -> tuple[float | None, float]:
+def forecast_claim(config: RunConfig | ml_collections.ConfigDict) -> tuple[float | None, float]:
     """The run's total (ε, δ) as its config promises it, before anything is trained.
 
     DP-SGD's ε is the config's target (σ is calibrated to it; the plan's ε is
@@ -350,22 +352,31 @@ def forecast_claim(config: ml_collections.ConfigDict) -> tuple[float | None, flo
     training report composes them (`PrivacyReport`). The final verdict uses the trained run's
     reported claim, not this.
 
+    Args:
+      config: the run's config (its `dp` and `tokenizer` sections; a ConfigDict is
+        read as a RunConfig).
+
     Returns:
       (ε, δ); ε is inf for a non-private run or a vocabulary learnt without DP,
       None when the config gives σ instead of a target ε (ε then depends on N).
     """
-    if not config.dp.enabled:
-        return math.inf, config.dp.delta
-    epsilon = None if config.dp.target_epsilon is None else float(config.dp.target_epsilon)
-    delta = float(config.dp.delta)
-    kind = config.tokenizer.kind
+    run = RunConfig.of(config)
+    dp, tokenizer = run.dp, run.tokenizer
+    if not dp.enabled:
+        return math.inf, dp.delta
+    epsilon = None if dp.target_epsilon is None else float(dp.target_epsilon)
+    delta = float(dp.delta)
+    try:
+        kind = run.tokenizer_kind  # "auto" from scratch is DP-SentencePiece: its ε counts.
+    except ConfigError:
+        kind = tokenizer.kind  # Training's checks refuse it, naming every other problem too.
     if kind == "sentencepiece_private":
         return math.inf, delta
     if kind == "dp_sentencepiece":
         params = dp_sentencepiece.DPVocabularyParams(
-            noise_stddev=config.tokenizer.dp_noise_stddev,
-            delta=config.tokenizer.dp_delta,
-            max_words=config.tokenizer.dp_max_words,
+            noise_stddev=tokenizer.dp_noise_stddev,
+            delta=tokenizer.dp_delta,
+            max_words=tokenizer.dp_max_words,
         )
         if epsilon is not None:
             epsilon += max(params.epsilon, params.epsilon_analytic)

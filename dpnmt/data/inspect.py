@@ -60,17 +60,17 @@ class Settings:
 def resolve_settings() -> Settings:
     """The config's values (if --config), each overridden by its plain flag when given."""
     settings = Settings()
-    config = _CONFIG.value
-    if config is not None:
-        pretrained = config.tokenizer.kind == "pretrained" and config.model.name_or_path
+    if _CONFIG.value is not None:
+        data, model = (run := RunConfig.of(_CONFIG.value)).data, run.model
+        pretrained = run.tokenizer.kind == "pretrained" and model.name_or_path
         settings = Settings(
-            corpus=config.data.corpus,
-            pair=config.data.pair,
-            options=RunConfig.of(config).data.corpus_options(),
-            family=config.model.family,
-            max_source_length=config.data.max_source_length,
-            max_target_length=config.data.max_target_length,
-            tokenizer=f"hf:{config.model.name_or_path}" if pretrained else None,
+            corpus=data.corpus,
+            pair=data.pair,
+            options=data.corpus_options(),
+            family=model.family,
+            max_source_length=data.max_source_length,
+            max_target_length=data.max_target_length,
+            tokenizer=f"hf:{model.name_or_path}" if pretrained else None,
         )
     options = dict(settings.options)
     for flag, option in (

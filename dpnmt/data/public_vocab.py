@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 
 from dpnmt import atomic_file
+from dpnmt.config import RunConfig, TokenizerConfig
 from dpnmt.data import tokenizers
 from dpnmt.data.corpora import mixture
 from dpnmt.data.languages import parse_pair
@@ -77,14 +78,20 @@ class PublicVocabSpec:
         return cls(names, languages, int(vocab_size), model_type)
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> "PublicVocabSpec":
-        """The spec of a run config's `tokenizer.public_corpora`."""
+    def from_sections(cls, tokenizer: TokenizerConfig, pair: str) -> "PublicVocabSpec":
+        """The spec of `tokenizer.public_corpora` for a run on `pair` (`data.pair`)."""
         return cls.create(
-            config.tokenizer.public_corpora,
-            config.data.pair,
-            config.tokenizer.vocab_size,
-            config.tokenizer.model_type,
+            tokenizer.public_corpora, pair, tokenizer.vocab_size, tokenizer.model_type
         )
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict) -> "PublicVocabSpec":
+        """`from_sections` of a whole config.
+
+        Temporary: `training.pieces` and `data.public_checks` still pass their ConfigDict.
+        """
+        run = RunConfig.of(config)
+        return cls.from_sections(run.tokenizer, run.data.pair)
 
     def trainer_options(self) -> dict[str, Any]:
         """The options that, with the text, decide the model (the key hashes them)."""

@@ -13,7 +13,8 @@ import os
 import jax
 import ml_collections
 
-from dpnmt import bridge, config_lib, models, privacy
+from dpnmt import bridge, models, privacy
+from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
 from dpnmt.evaluation import evaluator as evaluator_lib
@@ -22,8 +23,12 @@ from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, RESULTS_FILE, RunDir, write_json
 
 
-def load_run_config(workdir: str) -> ml_collections.ConfigDict:
-    """The resolved config a training run wrote into `workdir`."""
+def load_run_config(workdir: str) -> RunConfig:
+    """The resolved config a training run wrote into `workdir` (unchecked: `RunConfig.of`).
+
+    Fields an older config.json lacks take their defaults; fields this version
+    does not know are ignored.
+    """
     path = RunDir(workdir).config_path
     if not os.path.exists(path):
         raise MissingInputError(
@@ -31,7 +36,20 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
             "(or pass --config and --zero_shot for a pretrained model's baseline)."
         )
     with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+        return RunConfig.of(json.load(f))
+
+
+def with_pieces_config(
+    config: RunConfig | ml_collections.ConfigDict,
+) -> tuple[RunConfig, ml_collections.ConfigDict]:
+    """(`config` as a RunConfig, `config` as the ConfigDict `dpnmt.training` still reads).
+
+    Temporary, until `training.pieces`, `pretrained_privacy` and the loop take
+    sections: a ConfigDict passes on unchanged, a RunConfig as its dict.
+    """
+    if isinstance(config, RunConfig):
+        return config, ml_collections.ConfigDict(config.to_dict())
+    return RunConfig.of(config), config
 
 
 def warn_if_unfinished(workdir: str) -> bool:
@@ -52,7 +70,7 @@ def warn_if_unfinished(workdir: str) -> bool:
 
 
 def decode_and_score(
-    config: ml_collections.ConfigDict,
+    config: RunConfig | ml_collections.ConfigDict,
     workdir: str,
     *,
     split: str = "test",
@@ -84,10 +102,9 @@ def decode_and_score(
     """
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
+    run, config = with_pieces_config(config)
     corpus = pieces.load_corpus(config)
-    if zero_shot and (
-        config.model.name_or_path is None or config_lib.tokenizer_kind(config) != "pretrained"
-    ):
+    if zero_shot and (run.model.name_or_path is None or run.tokenizer_kind != "pretrained"):
         raise ConfigError(
             "--zero_shot needs a pretrained model and its tokenizer: set "
             "model.name_or_path in --config (tokenizer.kind auto or 'pretrained')."
@@ -98,11 +115,11 @@ def decode_and_score(
     )
     tokenized, _ = pieces.tokenize_corpus(config, corpus, tokenizer)
     model, model_config, params = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+        config, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
     if not zero_shot:
-        params, plan, steps_done = restore_params(config, workdir, params)
+        params, plan, steps_done = restore_params(run, workdir, params)
         report = privacy_report(
             plan,
             steps_done,
@@ -110,8 +127,9 @@ def decode_and_score(
             validation_is_private=pieces.validation_is_carved_from_train(corpus),
             pretrained=pretrained_privacy.recorded_claim(config, workdir),
         ).to_json()
+    settings = evaluator_lib.EvalSettings(run.eval, run.data, run.train.physical_batch_size)
     evaluator = evaluator_lib.Evaluator(
-        config, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
+        settings, model, model_config, tokenizer, tokenized, corpus, None, bridge.make_data_mesh()
     )
     hypotheses, references = evaluator.translate(params, split, max_examples)
     results = {
@@ -120,9 +138,9 @@ def decode_and_score(
         "privacy": report,
         "steps_done": steps_done,
         "decoding": {
-            "num_beams": config.eval.num_beams,
-            "length_penalty": config.eval.length_penalty,
-            "max_new_tokens": config.eval.max_new_tokens,
+            "num_beams": run.eval.num_beams,
+            "length_penalty": run.eval.length_penalty,
+            "max_new_tokens": run.eval.max_new_tokens,
         },
         "vocabulary": dataclasses.asdict(vocabulary)
         if isinstance(vocabulary, tokenizers.VocabularyRecord)
@@ -150,21 +168,23 @@ def load_trained_params(workdir: str):
     return load_trained(load_run_config(workdir), workdir)[3:]
 
 
-def load_trained(config, workdir: str):
+def load_trained(config: RunConfig | ml_collections.ConfigDict, workdir: str):
     """A trained run's (tokenizer, model, model config, params, plan, steps done).
 
     The saved vocabulary is reloaded (never learnt again) and the latest
     checkpoint's parameters restored into the model `config` builds.
     """
+    run, config = with_pieces_config(config)
     tokenizer, _ = pieces.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
     model, model_config, params = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+        config, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
-    return (tokenizer, model, model_config, *restore_params(config, workdir, params))
+    return (tokenizer, model, model_config, *restore_params(run, workdir, params))
 
 
-def restore_params(config, workdir: str, params):
+def restore_params(config: RunConfig | ml_collections.ConfigDict, workdir: str, params):
     """Params with the checkpoint's trainable part, the plan and the steps done."""
+    run, config = with_pieces_config(config)
     manager = checkpointing.make_manager(workdir)
     if manager.latest_step() is None:
         raise MissingInputError(
@@ -178,7 +198,7 @@ def restore_params(config, workdir: str, params):
         step, args=checkpointing.ocp.args.Composite(meta=checkpointing.ocp.args.JsonRestore())
     )["meta"]
     plan = privacy.PrivacyPlan(**meta["plan"])
-    tx = steps.make_optimizer(config.train, plan.num_steps)
+    tx = steps.make_optimizer(run.train, plan.num_steps)
     like = {"trainable": trainable, "opt_state": tx.init(trainable)}
     _, state, _ = checkpointing.restore_latest(manager, like)
     return models.merge_params(state["trainable"], frozen), plan, meta["steps_done"]

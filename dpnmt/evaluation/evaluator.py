@@ -5,50 +5,93 @@ Used by the training loop (validation during training, test at the end) and by
 """
 
 import contextlib
+import dataclasses
 
 import numpy as np
 
 from dpnmt import bridge, distributed, models
+from dpnmt.config import DataConfig, EvalConfig, RunConfig
 from dpnmt.data.languages import parse_pair
 from dpnmt.evaluation import metrics
 from dpnmt.evaluation.translate import translate as translate_sources
 
 
-def tokenized_examples(split, config, pad_id: int) -> bridge.TokenizedExamples:
-    """A tokenized split (`input_ids`, `labels`) as fixed-length examples (`config.data`)."""
+def tokenized_examples(split, data: DataConfig, pad_id: int) -> bridge.TokenizedExamples:
+    """A tokenized split (`input_ids`, `labels`) as fixed-length examples (`data`'s lengths).
+
+    `data` may still be a whole run config (`training.setup` passes its
+    ConfigDict until it takes sections): its `data` section is read.
+    """
+    if not isinstance(data, DataConfig):  # Temporary: training.setup's ConfigDict.
+        data = RunConfig.of(data).data
     return bridge.TokenizedExamples(
         split["input_ids"],
         split["labels"],
-        max_source_length=config.data.max_source_length,
-        max_target_length=config.data.max_target_length,
+        max_source_length=data.max_source_length,
+        max_target_length=data.max_target_length,
         pad_id=pad_id,
     )
 
 
-def split_microbatches(split, config, pad_id: int) -> list[dict]:
-    """A tokenized split as masked micro-batches of `train.physical_batch_size` rows, in order."""
-    examples = tokenized_examples(split, config, pad_id)
+def split_microbatches(split, data: DataConfig, batch_size: int, pad_id: int) -> list[dict]:
+    """A tokenized split as masked micro-batches of `batch_size` rows, in order."""
+    examples = tokenized_examples(split, data, pad_id)
     lot = bridge.Lot(
         np.arange(len(examples), dtype=np.int64),
         examples.__getitems__(list(range(len(examples)))).fields,
     )
-    return bridge.to_microbatches(
-        lot, config.train.physical_batch_size, pad_values=examples.pad_values
-    )
+    return bridge.to_microbatches(lot, batch_size, pad_values=examples.pad_values)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """What evaluation reads of a run's configuration.
+
+    Attributes:
+      eval: decoding and scoring (`config.eval`).
+      data: lengths, split limits, the pair, detokenization (`config.data`).
+      loss_batch_size: rows per teacher-forced loss micro-batch
+        (`train.physical_batch_size`: the shapes training compiled).
+    """
+
+    eval: EvalConfig
+    data: DataConfig
+    loss_batch_size: int
+
+    @classmethod
+    def of(cls, config) -> "EvalSettings":
+        """`config` as EvalSettings: kept as is, or read from a RunConfig (or a ConfigDict)."""
+        if isinstance(config, cls):
+            return config
+        run = RunConfig.of(config)  # Temporary: training.loop still passes its ConfigDict.
+        return cls(run.eval, run.data, run.train.physical_batch_size)
 
 
 class Evaluator:
     """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
 
     def __init__(
-        self, config, model, model_config, tokenizer, tokenized, corpus, eval_loss, mesh, timer=None
+        self,
+        settings: EvalSettings,
+        model,
+        model_config,
+        tokenizer,
+        tokenized,
+        corpus,
+        eval_loss,
+        mesh,
+        timer=None,
     ):
         """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None.
+
+        `settings` may still be a RunConfig or ConfigDict (`EvalSettings.of`).
 
         `timer` (a `dpnmt.training.profile.PhaseTimer`, optional) charges decoding
         and the teacher-forced loss to their own phases.
         """
-        self._config = config
+        settings = EvalSettings.of(settings)
+        self._eval, self._data = settings.eval, settings.data
+        self._loss_batch_size = settings.loss_batch_size
         self._model = model
         self._tokenizer = tokenizer
         self._tokenized = tokenized
@@ -57,11 +100,11 @@ class Evaluator:
         self._mesh = mesh
         self._gen = models.decoding.from_model_config(
             model_config,
-            config.eval.max_new_tokens,
-            num_beams=config.eval.num_beams,
-            length_penalty=config.eval.length_penalty,
+            self._eval.max_new_tokens,
+            num_beams=self._eval.num_beams,
+            length_penalty=self._eval.length_penalty,
         )
-        self._target = parse_pair(config.data.pair).target
+        self._target = parse_pair(self._data.pair).target
         self._timer = timer
 
     def _phase(self, name: str):
@@ -78,7 +121,9 @@ class Evaluator:
     def _loss(self, params, split) -> float:
         total, count = 0.0, 0
         with self._phase("teacher-forced loss"):
-            for micro in split_microbatches(split, self._config, self._tokenizer.pad_id):
+            for micro in split_microbatches(
+                split, self._data, self._loss_batch_size, self._tokenizer.pad_id
+            ):
                 loss_sum, n = self._eval_loss(params, bridge.shard_microbatch(micro, self._mesh))
                 total, count = total + float(loss_sum), count + int(n)
         return total / max(count, 1)
@@ -93,14 +138,14 @@ class Evaluator:
                 self._tokenizer,
                 list(split["input_ids"]),
                 gen=self._gen,
-                batch_size=self._config.eval.batch_size,
-                max_source_length=self._config.data.max_source_length,
+                batch_size=self._eval.batch_size,
+                max_source_length=self._data.max_source_length,
             )
         return hypotheses, references
 
     def scores(self, hypotheses, references, *, bertscore: bool) -> dict:
         """SacreBLEU (score, signature), chrF and optionally BERTScore."""
-        kwargs = dict(detokenize=self._config.data.detokenize, target_lang=self._target)
+        kwargs = dict(detokenize=self._data.detokenize, target_lang=self._target)
         bleu = metrics.corpus_bleu(hypotheses, references, **kwargs)
         chrf = metrics.corpus_chrf(hypotheses, references, **kwargs)
         out = {
@@ -111,11 +156,11 @@ class Evaluator:
         }
         if bertscore:
             hyp, ref = hypotheses, references
-            if self._config.data.detokenize:
+            if self._data.detokenize:
                 hyp = metrics.detokenize_moses(hyp, lang=self._target)
                 ref = metrics.detokenize_moses(ref, lang=self._target)
             out["bertscore"] = metrics.bertscore(
-                hyp, ref, model_type=self._config.eval.bertscore_model, lang=self._target
+                hyp, ref, model_type=self._eval.bertscore_model, lang=self._target
             )
         return out
 
@@ -126,13 +171,13 @@ class Evaluator:
         scores BLEU 0, so it is not worth its cost.
         """
         params = distributed.to_local(params, self._mesh)
-        split, _ = self._split("validation", self._config.data.max_eval_examples)
+        split, _ = self._split("validation", self._data.max_eval_examples)
         return {"loss": self._loss(params, split)}
 
     def validation(self, params) -> dict:
         """Validation loss and BLEU on the first `data.max_eval_examples` pairs."""
         params = distributed.to_local(params, self._mesh)
-        limit = self._config.data.max_eval_examples
+        limit = self._data.max_eval_examples
         hypotheses, references = self.translate(params, "validation", limit)
         split, _ = self._split("validation", limit)
         scores = self.scores(hypotheses, references, bertscore=False)
@@ -141,5 +186,5 @@ class Evaluator:
     def test(self, params) -> dict:
         """Test-split scores (BERTScore if `eval.bertscore`)."""
         params = distributed.to_local(params, self._mesh)
-        hypotheses, references = self.translate(params, "test", self._config.data.max_test_examples)
-        return self.scores(hypotheses, references, bertscore=self._config.eval.bertscore)
+        hypotheses, references = self.translate(params, "test", self._data.max_test_examples)
+        return self.scores(hypotheses, references, bertscore=self._eval.bertscore)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpnmt import bridge, core, models
+from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
 from dpnmt.evaluation import evaluator as evaluator_lib
@@ -93,11 +94,11 @@ def clipped_signal(loss_fn, trainable, microbatches, l2_clip: float) -> Signal:
     )
 
 
-def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
+def measure_run(config: RunConfig, workdir: str, max_examples: int | None = None) -> dict:
     """Noise-to-signal of a trained run at its initial and its latest parameters.
 
     Args:
-      config: the run's config (`decode.load_run_config`).
+      config: the run's config (`decode.load_run_config`; a ConfigDict is read as one).
       workdir: the run's folder (tokenizer, checkpoint).
       max_examples: validation examples averaged (default: L, at most the split).
 
@@ -110,7 +111,8 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
     Raises:
       ConfigError: the run is not private (no noise, no clipping to compare).
     """
-    if not config.dp.enabled:
+    run, config = decode.with_pieces_config(config)
+    if not run.dp.enabled:
         raise ConfigError(
             f"{workdir} is a non-private run: it adds no noise and clips nothing; "
             "give a DP run's --workdir."
@@ -122,13 +124,15 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
         config, datasets.DatasetDict(validation=corpus["validation"]), tokenizer
     )
     model, model_config, initial = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+        config, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
-    trained, plan, steps_done = decode.restore_params(config, workdir, initial)
+    trained, plan, steps_done = decode.restore_params(run, workdir, initial)
     lot_size = plan.expected_lot_size
     split = tokenized["validation"]
     n = min(len(split), int(max_examples or math.ceil(lot_size)))
-    micro = evaluator_lib.split_microbatches(split.select(range(n)), config, tokenizer.pad_id)
+    micro = evaluator_lib.split_microbatches(
+        split.select(range(n)), run.data, run.train.physical_batch_size, tokenizer.pad_id
+    )
     predicate = pieces.trainable_predicate(config)
     out = {
         "steps_done": steps_done,
@@ -149,7 +153,7 @@ def measure_run(config, workdir: str, max_examples: int | None = None) -> dict:
                 models.merge_params(train, frozen),
                 example,
                 None,
-                label_smoothing=float(config.train.get("label_smoothing", 0.0)),
+                label_smoothing=float(run.train.label_smoothing),
             )
 
         out[name] = dataclasses.asdict(clipped_signal(loss_fn, trainable, micro, plan.l2_clip))

@@ -7,19 +7,17 @@ SentencePiece (test split + the public templates), so the claimed ε is
 DP-SGD's alone and a small claim is possible.
 """
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
 from dpnmt import auditing, core
 from dpnmt.training import pieces, run_dir
 from tests.markers import needs_data
+from tests.small_configs import load_config
 
 pytestmark = [pytest.mark.slow, needs_data]
 
-CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
 EPS1_CLAIM = 1.0  # configs/tiny.py:eps1, DP-SGD's ε (the vocabulary is public).
 OPTIONS = dict(num_canaries=64, key_length=2, secret_length=2, num_candidates=99)
 
@@ -36,10 +34,7 @@ def public_text(tmp_path_factory):
 
 
 def audit_config(variant, vocabulary_text, *, epochs=200, learning_rate=1e-2):
-    spec = importlib.util.spec_from_file_location("tiny", CONFIG_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config(variant)
+    c = load_config("tiny", variant)
     # A fixed seed voids a private run's claim (ε = ∞, nothing to audit): only the
     # non-private run fixes it; the DP runs draw theirs from the OS like releases.
     c.noise_seed = 7 if variant == "nonprivate" else None

@@ -1,17 +1,15 @@
 """Can an audit contradict its claim at all? Reachable bounds, outcomes, the plan."""
 
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
 from scipy import special
 
 from dpnmt import auditing
+from tests.small_configs import load_config
 
 CONFIDENCE, DELTA = 0.95, 1e-8
-CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
 
 
 def reachable(num_inserted, num_held_out=None, delta=DELTA):
@@ -110,10 +108,7 @@ def test_canaries_to_test_says_when_no_m_or_more_than_the_cap_is_needed():
 
 
 def tiny_config(variant):
-    spec = importlib.util.spec_from_file_location("tiny", CONFIG_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(variant)
+    return load_config("tiny", variant)
 
 
 def test_forecast_claim_composes_dp_sgd_target_and_dp_vocabulary():
@@ -126,6 +121,14 @@ def test_forecast_claim_composes_dp_sgd_target_and_dp_vocabulary():
     assert auditing.forecast_claim(config) == (8.0, 1e-8)
     config.dp.target_epsilon, config.dp.noise_multiplier = None, 1.0
     assert auditing.forecast_claim(config) == (None, 1e-8)
+
+
+def test_forecast_claim_counts_the_vocabulary_that_tokenizer_kind_auto_resolves_to():
+    """tokenizer.kind=auto trains a DP-SentencePiece vocabulary from scratch: its ε counts."""
+    explicit = auditing.forecast_claim(tiny_config("eps8"))
+    config = tiny_config("eps8")
+    config.tokenizer.kind = "auto"
+    assert auditing.forecast_claim(config) == explicit
 
 
 def test_audit_plan_says_untestable_before_training():

@@ -14,7 +14,7 @@ from dpnmt.errors import ConfigError
 from dpnmt.evaluation import noise_to_signal
 from dpnmt.training import loop
 from tests.markers import needs_data
-from tests.train.test_end_to_end import small_config
+from tests.small_configs import small_config
 
 
 class _Linear(nn.Module):

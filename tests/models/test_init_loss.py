@@ -11,7 +11,6 @@ nats) fails by tens of nats. Below log V - 1.5 would mean the untrained model
 already predicts the data, which random weights cannot.
 """
 
-import importlib.util
 import math
 import os
 import pathlib
@@ -26,6 +25,7 @@ from dpnmt import config_lib, models
 from dpnmt.data import tokenizers
 from dpnmt.training import pieces
 from tests.markers import needs_data
+from tests.small_configs import load_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 MARGIN_NATS = 1.5
@@ -33,10 +33,7 @@ NUM_PAIRS = 64
 
 
 def _load_config(path: pathlib.Path):
-    spec = importlib.util.spec_from_file_location(f"config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+    return load_config(path)
 
 
 def _from_scratch_configs():

@@ -19,7 +19,7 @@ from dpnmt.training import loop
 
 def small_config():
     """`configs/tiny.py:eps8` shrunk to a few seconds of work (as the test shrinks it)."""
-    from tests.train.test_end_to_end import small_config as end_to_end_config
+    from tests.small_configs import small_config as end_to_end_config
 
     c = end_to_end_config("eps8")
     c.data.max_train_examples = 200

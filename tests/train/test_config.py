@@ -1,6 +1,5 @@
 """Config files and `:variant` strings resolve to the documented values."""
 
-import importlib.util
 import inspect
 import json
 import pathlib
@@ -12,15 +11,13 @@ from dpnmt import config_lib
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.config import sections as config_sections
 from dpnmt.training import preflight, run_dir
+from tests.small_configs import config_module
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, CONFIG_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(name)
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,8 @@ Small overrides of configs/tiny.py keep each run to well under a minute.
 """
 
 import dataclasses
-import importlib.util
 import json
 import math
-import pathlib
 
 import chex
 import dp_accounting
@@ -20,38 +18,9 @@ from dpnmt import bridge
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import loop
 from tests.markers import needs_data
+from tests.small_configs import small_config
 
 pytestmark = [pytest.mark.slow, needs_data]
-
-CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
-
-
-def small_config(variant):
-    spec = importlib.util.spec_from_file_location("tiny", CONFIG_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config(variant)
-    c.noise_seed = 7  # Fixed for determinism: the run reports ε = ∞ (no guarantee).
-    c.testing_only_fixed_noise_seed_NO_PRIVACY = True
-    c.data.max_train_examples = 600
-    c.data.max_source_length = c.data.max_target_length = 32
-    c.data.length_buckets = "none"  # One shape a run (CI time); the bucket test sets "auto".
-    c.data.max_eval_examples = 16
-    c.data.max_test_examples = 16
-    c.tokenizer.dp_noise_stddev = 2.0
-    c.tokenizer.vocab_size = 600
-    c.model.d_model, c.model.d_ff, c.model.d_kv = 64, 128, 16
-    c.model.num_layers = c.model.num_decoder_layers = 1
-    c.train.expected_lot_size = 48
-    c.train.physical_batch_size = 16
-    c.train.num_epochs = 1
-    c.train.learning_rate = 3e-3
-    c.train.warmup_steps = 2
-    c.train.eval_every_steps = 6
-    c.train.checkpoint_every_steps = 6
-    c.train.log_every_steps = 3
-    c.eval.max_new_tokens = 32
-    return c
 
 
 def claimed(privacy_report):

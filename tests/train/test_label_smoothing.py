@@ -17,7 +17,7 @@ from dpnmt import config_lib, models, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.training import pieces, setup, steps
 from tests.markers import needs_data
-from tests.train.test_end_to_end import small_config
+from tests.small_configs import small_config
 
 VOCAB, PAD = 40, 0
 

@@ -148,7 +148,7 @@ def test_bias_only_on_t5_is_refused_at_build_too():
 @pytest.mark.slow
 @needs_data
 def test_lora_run_resumes_translates_and_exports_merged(tmp_path):
-    from tests.train.test_end_to_end import small_config
+    from tests.small_configs import small_config
 
     config = small_config("eps8")
     config.data.max_train_examples = 96

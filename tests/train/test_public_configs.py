@@ -11,7 +11,6 @@ vocabulary, and the DP-SentencePiece variant is the config the README's
 committed tables ran.
 """
 
-import importlib.util
 import json
 import pathlib
 import re
@@ -21,6 +20,7 @@ import pytest
 from dpnmt import config_lib
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.data import corpora, public_vocab
+from tests.small_configs import config_module, load_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.py"))
@@ -28,14 +28,11 @@ PRIVATE_CORPORA = ("multi30k", "bsd")  # The private side of this project's runs
 
 
 def _module(path):
-    spec = importlib.util.spec_from_file_location(f"public_check_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(path)
 
 
 def _get_config(path, variant=None):
-    return _module(path).get_config(variant)
+    return load_config(path, variant)
 
 
 def _names(spec) -> set[str]:
@@ -198,7 +195,10 @@ def test_the_standin_recipe_is_the_multi30k_rows_recipe(variant):
         rows.append(_get_config(ROOT / "configs" / "standin_tatoeba_lora.py", variant))
     for row in rows:
         for field in RECIPE_FIELDS:
-            ours, theirs = config_fields_lib.field_value(standin, field), config_fields_lib.field_value(row, field)
+            ours, theirs = (
+                config_fields_lib.field_value(standin, field),
+                config_fields_lib.field_value(row, field),
+            )
             assert ours == theirs, (variant, field, ours, theirs)
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from dpnmt.training import loop, run_dir
 from tests.markers import needs_data
-from tests.train.test_end_to_end import small_config
+from tests.small_configs import small_config
 
 pytestmark = [pytest.mark.slow, needs_data]
 

@@ -5,7 +5,7 @@ import pytest
 
 from dpnmt.training import pieces, run_dir, setup
 from tests.markers import needs_data
-from tests.train.test_end_to_end import small_config
+from tests.small_configs import small_config
 
 
 @needs_data

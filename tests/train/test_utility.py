@@ -26,7 +26,6 @@ the data or the optimiser). The BLEU floors stay loose: seed 1's DP BLEU was
 0.31, so BLEU of these runs is too noisy to pin.
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -44,6 +43,7 @@ from dpnmt.bridge import dataset
 from dpnmt.data import tokenizers
 from dpnmt.training import pieces
 from tests.markers import needs_data
+from tests.small_configs import load_config
 
 pytestmark = [pytest.mark.slow, needs_data]
 
@@ -101,10 +101,7 @@ PRIVATE = (
 
 def small_config(variant: str = "nonprivate"):
     """The `NONPRIVATE` run's config as a ConfigDict (for in-process pieces)."""
-    spec = importlib.util.spec_from_file_location("multi30k", CONFIG_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config(variant)
+    c = load_config(CONFIG_FILE, variant)
     c.update_from_flattened_dict(NONPRIVATE[1])
     return c
 
