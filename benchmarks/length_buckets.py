@@ -46,7 +46,7 @@ def _config(args):
 def _padding_microbatch(run, shape):
     """An all-masked micro-batch of `shape` (compiles that shape, adds nothing)."""
     b = run.config.train.physical_batch_size
-    pad = run.train_examples.pad_values
+    pad = run.data.train_examples.pad_values
     micro = {
         INPUT_IDS: np.full((b, shape[0]), pad[INPUT_IDS], np.int32),
         "input_length": np.zeros(b, np.int32),
@@ -55,7 +55,7 @@ def _padding_microbatch(run, shape):
         bridge.MASK: np.zeros(b, np.float32),
         bridge.EXAMPLE_INDEX: np.full(b, bridge.PADDING_INDEX, np.int32),
     }
-    return bridge.shard_microbatch(micro, run.mesh)
+    return bridge.shard_microbatch(micro, run.step.mesh)
 
 
 def _lot_seconds(run, lot, buckets, trainable, frozen, key):
@@ -63,19 +63,21 @@ def _lot_seconds(run, lot, buckets, trainable, frozen, key):
     start = time.perf_counter()
     with bridge.device_lots(
         [lot],
-        run.mesh,
+        run.step.mesh,
         run.config.train.physical_batch_size,
-        pad_values=run.train_examples.pad_values,
-        rows_from=run.train_examples,
+        pad_values=run.data.train_examples.pad_values,
+        rows_from=run.data.train_examples,
         length_buckets=buckets,
     ) as prefetched:
         microbatches = next(prefetched)
-    acc = jax.device_put(core.init_accumulator(trainable), bridge.replicated_sharding(run.mesh))
+    acc = jax.device_put(
+        core.init_accumulator(trainable), bridge.replicated_sharding(run.step.mesh)
+    )
     for index, micro in enumerate(microbatches):
-        acc, _ = run.step_fns.add_microbatch(
+        acc, _ = run.step.step_fns.add_microbatch(
             acc, trainable, frozen, micro, jax.random.fold_in(key, index)
         )
-    jax.block_until_ready(run.step_fns.release(acc, key))
+    jax.block_until_ready(run.step.step_fns.release(acc, key))
     tokens = sum(m[INPUT_IDS].shape[1] + m[LABELS].shape[1] for m in microbatches)
     return time.perf_counter() - start, tokens, len(microbatches)
 
@@ -108,21 +110,23 @@ def main():
         [shape for buckets in modes.values() if buckets for shape in buckets.shapes] + [full_shape]
     )
     trainable, frozen = jax.device_put(
-        (run.trainable, run.frozen), bridge.replicated_sharding(run.mesh)
+        (run.model.trainable, run.model.frozen), bridge.replicated_sharding(run.step.mesh)
     )
     key = jax.random.key(0)
     compile_start = time.perf_counter()
     for shape in shapes:
         # The accumulator placed as the loop places it (one compile per shape).
-        acc = jax.device_put(core.init_accumulator(trainable), bridge.replicated_sharding(run.mesh))
-        acc, _ = run.step_fns.add_microbatch(
+        acc = jax.device_put(
+            core.init_accumulator(trainable), bridge.replicated_sharding(run.step.mesh)
+        )
+        acc, _ = run.step.step_fns.add_microbatch(
             acc, trainable, frozen, _padding_microbatch(run, shape), key
         )
-        jax.block_until_ready(run.step_fns.release(acc, key))
+        jax.block_until_ready(run.step.step_fns.release(acc, key))
     compile_s = time.perf_counter() - compile_start
 
     totals = {mode: [0.0, 0, 0, 0] for mode in modes}  # seconds, examples, tokens, rows
-    lots = iter(run.lots)
+    lots = iter(run.step.lots)
     for number in range(args.lots):
         lot = next(lots)
         order = list(modes) if number % 2 == 0 else list(modes)[::-1]  # ABC CBA ...

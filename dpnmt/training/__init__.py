@@ -2,9 +2,11 @@
 
 `run_dir` (the workdir's files and private records), `pieces` (corpus,
 tokenizer, model from a config), `setup` (`build_run`: the pieces in order ->
-`RunPieces`), `steps` (per-example loss, optimizer, the one DP lot step),
-`loop` (`train_and_evaluate`), `checkpointing` (`LoopState`), `metrics`
-(progress, rates, metrics.jsonl) and `privacy_report` (`PrivacyReport`).
+`records.RunPieces`), `steps` (per-example loss, optimizer, the one DP lot
+step), `loop` (`train_and_evaluate`, the driver), `lot_runner` (one lot at a
+time), `actions` (log, validate, checkpoint, profile), `state` (`LoopState`),
+`checkpointing`, `metrics` (progress, rates, metrics.jsonl) and
+`privacy_report` (`PrivacyReport`).
 Only the step is imported here; import the others by module.
 """
 

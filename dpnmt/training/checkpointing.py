@@ -30,34 +30,7 @@ import orbax.checkpoint as ocp
 from dpnmt import distributed, privacy
 from dpnmt.training import run_dir as run_dir_lib
 from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
-
-
-@dataclasses.dataclass(frozen=True)
-class LoopState:
-    """What the training loop carries from lot to lot, and what a checkpoint restores.
-
-    Attributes:
-      step: lots done.
-      trainable: the trainable parameters (pytree, replicated on the data mesh).
-      opt_state: the optimizer state (pytree).
-      best: early stopping: {"bleu", "step", "evals_without_gain"}.
-      history: validation metrics so far, one dict per evaluation.
-      stopped_early: whether early stopping ended the run.
-    """
-
-    step: int
-    trainable: Any
-    opt_state: Any
-    best: dict
-    history: list
-    stopped_early: bool = False
-
-    @classmethod
-    def initial(cls, trainable, opt_state) -> "LoopState":
-        """The state before the first lot."""
-        best = {"bleu": -1.0, "step": 0, "evals_without_gain": 0}
-        return cls(0, trainable, opt_state, best, [], False)
-
+from dpnmt.training.state import BestScore, LoopState, Validation
 
 # What orbax writes that says where and when a checkpoint was made.
 _COMMIT_FILE = "commit_success.txt"
@@ -171,8 +144,8 @@ def save_state(
     meta = {
         "step": state.step,
         "run_id": str(run_id),  # A random nonce, independent of the seed.
-        "best": state.best,
-        "history": state.history,
+        "best": state.best.to_json(),
+        "history": state.history_json(),
         "plan": dataclasses.asdict(plan),
         "steps_done": state.step,
         "stopped_early": state.stopped_early,
@@ -209,8 +182,8 @@ def restore_state(
         step=step,
         trainable=arrays["trainable"],
         opt_state=arrays["opt_state"],
-        best=meta["best"],
-        history=meta["history"],
+        best=BestScore.from_json(meta["best"]),
+        history=tuple(Validation.from_json(v) for v in meta["history"]),
         stopped_early=bool(meta.get("stopped_early", False)),
     )
 

@@ -3,7 +3,8 @@
 `build_run` reads top to bottom: checks and the run directory (config
 binding, secret seed, run id) -> corpus -> vocabulary -> tokenized splits ->
 privacy plan -> model and optimizer -> the DP lot step -> the lot sampler. It
-returns a `RunPieces` record; `dpnmt.training.loop` trains and evaluates it.
+returns a `RunPieces` record (`dpnmt.training.records`); `dpnmt.training.loop`
+trains and evaluates it.
 """
 
 import dataclasses
@@ -15,84 +16,23 @@ from typing import Any
 import datasets
 import jax
 import ml_collections
-import optax
-import orbax.checkpoint as ocp
 
 from dpnmt import bridge, config_lib, core, distributed, privacy
-from dpnmt.data import preprocess, tokenizers
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
 from dpnmt.training.privacy_report import PretrainedClaim, privacy_report
 from dpnmt.training.profile import PhaseTimer
+from dpnmt.training.records import (
+    RunData,
+    RunFiles,
+    RunModel,
+    RunPieces,
+    RunPrivacy,
+    RunSecrets,
+    RunStep,
+)
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
-
-
-@dataclasses.dataclass(frozen=True)
-class RunPieces:
-    """Everything the training loop needs, built once per session by `build_run`.
-
-    Attributes:
-      config: the resolved run config.
-      run_dir: the run's folder.
-      manager: the checkpoint manager over `run_dir`'s checkpoints/.
-      resuming: whether a checkpoint exists (the vocabulary was reloaded).
-      noise_seed: the secret run seed (from `private/`; never published).
-      run_id: the random nonce that binds checkpoints to `private/`.
-      corpus: the loaded corpus (text), after `corpus_transform`.
-      tokenizer: the run's tokenizer.
-      vocabulary: how the vocabulary was made (`tokenizers.VocabularyRecord`).
-      pretrained: what the starting model adds to ε (None: from scratch).
-      tokenized: the tokenized splits (all but train when train is tokenized per lot).
-      train_examples: the N training examples (a torch Dataset).
-      split_stats: split -> `preprocess.SplitStats` (exact counts; private ones stay private).
-      validation_is_private: whether validation was carved from the private train split.
-      plan: the privacy plan (σ, q = L/N, T) the sampler, step and accountant read.
-      root_key: PRNG key from the public `config.seed` (init; dropout keys are secret).
-      model, model_config: the flax module and its config.
-      trainable, frozen: the initial parameters, split by `model.trainable`.
-      tx, opt_state: the optimizer and its initial state.
-      loss_fn: `(params, example, dropout_key) -> loss` of one example (training:
-        label-smoothed when `train.label_smoothing` > 0).
-      eval_loss_fn: the same signature, plain cross-entropy (validation loss);
-        None: `loss_fn`.
-      mesh: the data mesh the lot step runs on.
-      step_fns: the DP lot step (`steps.LotStep`).
-      lots: the lot sampler over example indices (Poisson or shuffled).
-    """
-
-    config: ml_collections.ConfigDict
-    run_dir: RunDir
-    manager: ocp.CheckpointManager
-    resuming: bool
-    noise_seed: int
-    run_id: int
-    corpus: datasets.DatasetDict
-    tokenizer: tokenizers.Tokenizer
-    vocabulary: tokenizers.VocabularyRecord
-    pretrained: PretrainedClaim | None
-    tokenized: datasets.DatasetDict
-    train_examples: Any
-    split_stats: dict[str, preprocess.SplitStats]
-    validation_is_private: bool
-    plan: privacy.PrivacyPlan
-    root_key: jax.Array
-    model: Any
-    model_config: Any
-    trainable: Any
-    frozen: Any
-    tx: optax.GradientTransformation
-    opt_state: Any
-    loss_fn: Callable
-    mesh: jax.sharding.Mesh
-    step_fns: steps.LotStep
-    lots: Any
-    eval_loss_fn: Callable | None = None
-
-    @property
-    def private_splits(self) -> set[str]:
-        """Splits whose exact counts and scores are private data."""
-        return {"train", "validation"} if self.validation_is_private else {"train"}
 
 
 def tokenize_splits(config, corpus, tokenizer):
@@ -343,30 +283,12 @@ def build_run(
 
     return RunPieces(
         config=config,
-        run_dir=run_dir,
-        manager=manager,
-        resuming=resuming,
-        noise_seed=noise_seed,
-        run_id=run_id,
-        corpus=corpus,
-        tokenizer=tokenizer,
-        vocabulary=vocabulary,
-        pretrained=pretrained,
-        tokenized=tokenized,
-        train_examples=train_examples,
-        split_stats=split_stats,
-        validation_is_private=validation_is_private,
-        plan=plan,
-        root_key=root,
-        model=model,
-        model_config=model_config,
-        trainable=trainable,
-        frozen=frozen,
-        tx=tx,
-        opt_state=opt_state,
-        loss_fn=loss_fn,
-        eval_loss_fn=eval_loss_fn,
-        mesh=mesh,
-        step_fns=step_fns,
-        lots=lots,
+        files=RunFiles(run_dir, manager, resuming, run_id),
+        secrets=RunSecrets(noise_seed),
+        data=RunData(corpus, tokenizer, tokenized, train_examples, split_stats),
+        privacy=RunPrivacy(plan, vocabulary, pretrained, validation_is_private),
+        model=RunModel(
+            model, model_config, root, trainable, frozen, loss_fn, eval_loss_fn=eval_loss_fn
+        ),
+        step=RunStep(tx, opt_state, mesh, step_fns, lots),
     )

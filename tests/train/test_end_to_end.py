@@ -16,7 +16,7 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from dpnmt import bridge
 from dpnmt.evaluation import decode as decode_lib
-from dpnmt.training import loop
+from dpnmt.training import loop, metrics
 from tests.markers import needs_data
 from tests.small_configs import small_config
 
@@ -156,25 +156,27 @@ def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monk
     accountant never counted. Every published validation step is checkpointed
     first."""
     events = []
-    save, publish = loop.checkpointing.save_state, loop._publish_validation
+    save, write = loop.checkpointing.save_state, metrics.MetricsWriter.write
 
     def recording_save(manager, run_dir, state, **kwargs):
         events.append(("save", state.step))
         return save(manager, run_dir, state, **kwargs)
 
-    def recording_publish(writer, step, metrics):
-        events.append(("publish", step))
-        return publish(writer, step, metrics)
+    def recording_write(self, step, scalars):
+        if any(name.startswith("validation/") for name in scalars):
+            events.append(("publish", step))
+        return write(self, step, scalars)
 
     monkeypatch.setattr(loop.checkpointing, "save_state", recording_save)
-    monkeypatch.setattr(loop, "_publish_validation", recording_publish)
+    monkeypatch.setattr(metrics.MetricsWriter, "write", recording_write)
     config = small_config("eps8")
     config.dp.secure_rng = True
     config.train.eval_every_steps = 2
     config.train.checkpoint_every_steps = 1000
     loop.train_and_evaluate(config, str(tmp_path), stop_after_steps=5)
     published = [step for kind, step in events if kind == "publish"]
-    assert published == [2, 4]
+    assert published == [0, 2, 4]  # Step 0: the initial model's loss, before any lot.
+    published.remove(0)
     for step in published:
         position = events.index(("publish", step))
         assert ("save", step) in events[:position], events
@@ -193,7 +195,7 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_
 
     def recording_build_run(*args, **kwargs):
         run = build_run(*args, **kwargs)
-        add = run.step_fns.add_microbatch
+        add = run.step.step_fns.add_microbatch
 
         def recording_add(acc, trainable, frozen, micro, key):
             shape = (micro["input_ids"].shape[1], micro["labels"].shape[1])
@@ -201,8 +203,8 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_
             calls.append((shape, real, np.asarray(jax.random.key_data(key))))
             return add(acc, trainable, frozen, micro, key)
 
-        step_fns = dataclasses.replace(run.step_fns, add_microbatch=recording_add)
-        return dataclasses.replace(run, step_fns=step_fns)
+        step_fns = dataclasses.replace(run.step.step_fns, add_microbatch=recording_add)
+        return dataclasses.replace(run, step=dataclasses.replace(run.step, step_fns=step_fns))
 
     monkeypatch.setattr(loop, "build_run", recording_build_run)
     config = small_config("eps8")

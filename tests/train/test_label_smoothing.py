@@ -109,8 +109,8 @@ def test_run_trains_on_the_smoothed_loss_and_validates_on_plain_cross_entropy(tm
     config = small_config("nonprivate")
     config.train.label_smoothing = 0.1
     run = setup.build_run(config, str(tmp_path / "run"))
-    params = models.merge_params(run.trainable, run.frozen)
-    row = run.tokenized["validation"][0]
+    params = models.merge_params(run.model.trainable, run.model.frozen)
+    row = run.data.tokenized["validation"][0]
     example = {
         INPUT_IDS: np.asarray(row["input_ids"], np.int32),
         INPUT_LENGTH: np.int32(len(row["input_ids"])),
@@ -120,9 +120,14 @@ def test_run_trains_on_the_smoothed_loss_and_validates_on_plain_cross_entropy(tm
 
     def reference(smoothing):
         return training.example_loss(
-            run.model, run.model_config, params, example, None, label_smoothing=smoothing
+            run.model.model,
+            run.model.model_config,
+            params,
+            example,
+            None,
+            label_smoothing=smoothing,
         )
 
-    np.testing.assert_array_equal(run.loss_fn(params, example, None), reference(0.1))
-    np.testing.assert_array_equal(run.eval_loss_fn(params, example, None), reference(0.0))
+    np.testing.assert_array_equal(run.model.loss_fn(params, example, None), reference(0.1))
+    np.testing.assert_array_equal(run.model.eval_loss_fn(params, example, None), reference(0.0))
     assert abs(float(reference(0.1)) - float(reference(0.0))) > 1e-3

@@ -96,22 +96,30 @@ def test_a_private_export_is_composed_into_the_run_total(model_folder, tmp_path)
     run = setup.build_run(config, str(tmp_path / "run"))
     # Recorded at start-up (published): a resumed run keeps it, whatever the base becomes.
     recorded = json.loads((tmp_path / "run" / "pretrained.json").read_text())
-    assert recorded == json.loads(json.dumps(run.pretrained.to_json()))
+    assert recorded == json.loads(json.dumps(run.privacy.pretrained.to_json()))
     (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(epsilon=0.1)}))
     from dpnmt.training import pretrained_privacy, run_dir  # noqa: PLC0415
 
     resumed = pretrained_privacy.claim_at_start(
         config, run_dir.RunDir(str(tmp_path / "run")), resuming=True
     )
-    assert resumed == run.pretrained and resumed.epsilon == EXPORT_EPSILON
-    assert run.pretrained.dpnmt_export and run.pretrained.composed
-    assert not run.pretrained.declared_disjoint
+    assert resumed == run.privacy.pretrained and resumed.epsilon == EXPORT_EPSILON
+    assert run.privacy.pretrained.dpnmt_export and run.privacy.pretrained.composed
+    assert not run.privacy.pretrained.declared_disjoint
     # Its vocabulary is the export's: not "no private data used", and not counted twice.
-    assert "no private data" not in run.vocabulary.note and "export" in run.vocabulary.note
-    assert run.vocabulary.epsilon is None
-    report = privacy_report(run.plan, run.plan.num_steps, run.vocabulary, pretrained=run.pretrained)
+    assert (
+        "no private data" not in run.privacy.vocabulary.note
+        and "export" in run.privacy.vocabulary.note
+    )
+    assert run.privacy.vocabulary.epsilon is None
+    report = privacy_report(
+        run.privacy.plan,
+        run.privacy.plan.num_steps,
+        run.privacy.vocabulary,
+        pretrained=run.privacy.pretrained,
+    )
     assert report.total_epsilon == pytest.approx(report.dp_sgd_epsilon + EXPORT_EPSILON)
-    assert report.total_delta == pytest.approx(run.plan.delta + EXPORT_DELTA)
+    assert report.total_delta == pytest.approx(run.privacy.plan.delta + EXPORT_DELTA)
     assert "pretrained export" in report.composition
     published = report.to_json()
     assert published["pretrained"]["record"] == _record()
@@ -145,7 +153,12 @@ def test_data_declared_disjoint_are_not_composed_and_the_report_says_so(model_fo
     config = _config(tmp_path, _export(model_folder, tmp_path, record))
     config.model.pretrained_data_disjoint = True
     run = setup.build_run(config, str(tmp_path / "run"))
-    report = privacy_report(run.plan, run.plan.num_steps, run.vocabulary, pretrained=run.pretrained)
+    report = privacy_report(
+        run.privacy.plan,
+        run.privacy.plan.num_steps,
+        run.privacy.vocabulary,
+        pretrained=run.privacy.pretrained,
+    )
     assert report.total_epsilon == report.dp_sgd_epsilon and math.isfinite(report.total_epsilon)
     claim = report.to_json()["pretrained"]
     assert claim["declared_disjoint"] and not claim["composed"]
