@@ -6,9 +6,9 @@ fine-tuned with DP-SGD on the Business Scene Dialogue corpus, whose dev.json
 plays the private train split (the shared copy has no train.json:
 `data.bsd_train_split=dev`; its last 200 pairs are carved off as validation,
 private too, so N = 1,851), and scored on BSD test (2,120 pairs) in English
-(sacreBLEU 13a: the paper's direction, ja→en). The public stage's data are
-declared disjoint (`model.pretrained_data_disjoint=True`): Tatoeba holds no
-BSD dialogue, only a few short stock phrases that occur in both.
+(sacreBLEU 13a: the paper's direction, ja→en). No private record was used to
+train the public stage (`model.pretrained_data_disjoint=True`): Tatoeba holds
+no BSD dialogue, only a few short stock phrases that occur in both by chance.
 
 Variants: eps5 (the paper's BSD row: 0.06 BLEU from mT5), nonprivate, any
 other privacy variant; poisson (default) or shuffle; lora (rank-8 adapters,

@@ -31,8 +31,9 @@ final validation loss); the winners go unchanged into
 multi30k_from_public.py's DP_* / LORA_* constants, with the grid's reports in
 docs/results/standin_*.
 
-`model.pretrained_data_disjoint=True`: the WMT sample and Tatoeba share no
-sentence beyond a few stock phrases.
+`model.pretrained_data_disjoint=True`: no private record was used to train the
+public model (the WMT sample is not Tatoeba); the two texts still share a few
+stock phrases, which is chance overlap of public text, not a private record.
 """
 
 from dpnmt import config_lib

@@ -19,7 +19,7 @@ from typing import Any
 
 from dpnmt import model_card
 from dpnmt.config import DataConfig, EvalConfig, ModelConfig
-from dpnmt.data import hf_tokenizer, tokenizers
+from dpnmt.data import corpus_record, hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.evaluation import decode as decode_lib
@@ -169,7 +169,12 @@ def export_run(workdir: str, out_dir: str) -> str:
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
     # The privacy record travels with the model: a run fine-tuning it composes it.
-    settings = {**_settings(run.data, run.model, run.eval), pretrained_privacy.PRIVACY_KEY: privacy}
+    # And its training corpora: a run declaring its data disjoint is refused if they are its own.
+    settings = {
+        **_settings(run.data, run.model, run.eval),
+        pretrained_privacy.PRIVACY_KEY: privacy,
+        corpus_record.KEY: corpus_record.training_corpora(run),
+    }
     write_json(os.path.join(out_dir, SETTINGS_FILE), settings)
     card = model_card.render(run.to_dict(), privacy, results, steps_done=steps_done)
     with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:

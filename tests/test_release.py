@@ -77,7 +77,10 @@ def test_export_writes_a_transformers_folder_and_a_model_card(run):
     assert privacy["sampling"] in card and results["test"]["bleu_signature"] in card
     assert "does not cover" in card and "validation data" in card and "hyper-parameter" in card
     # The privacy record travels with the model: a run fine-tuning it composes it.
-    assert json.loads((out / "dpnmt.json").read_text())["privacy"] == privacy
+    settings = json.loads((out / "dpnmt.json").read_text())
+    assert settings["privacy"] == privacy
+    # Its training corpora, by public name: a DP run's export holds no digest of private text.
+    assert settings["training_corpora"] == [{"corpus": "wmt16"}]
     private_dir = workdir / "private"
     for path in private_dir.rglob("*"):  # Nothing from private/ reaches the card.
         if path.is_file() and path.stat().st_size < 10_000:

@@ -255,7 +255,12 @@ class DpMultiStepsState(NamedTuple):
       inner_state: the wrapped optimizer's state; it changes only on a release
         (post-processing of released gradients): public.
 
-    The state holds no key.
+    The state holds no key. Checkpoint the optimizer state only right after a
+    release: between releases `accumulator` holds the un-noised partial sum.
+
+        updates, opt_state = tx.update(grads, opt_state, params, noise_key=key, release=last)
+        if last:  # Released: the accumulator is zero again, opt_state is public.
+            save_checkpoint(opt_state)
     """
 
     count: chex.Array

@@ -196,6 +196,10 @@ def apply_lot(
 ) -> TrainState:
     """Releases lot `state.step` with its own noise key, then applies `tx`.
 
+    Never apply two lots to the same state: the noise key is
+    `fold_in(noise_base, state.step)`, so reusing a state reuses the key, and
+    the two releases' difference cancels the noise (their sums leak exactly).
+
     Args:
       state: the run so far.
       lot: this lot's accumulated clipped sum.

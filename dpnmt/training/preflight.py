@@ -103,6 +103,7 @@ def check_run(
         problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(config, run))
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
+    public += pretrained_privacy.declared_text_problems(config, corpus)
     raise_problems([*public, *problems])
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import ml_collections
 
+from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.training.privacy_report import PretrainedClaim
 from dpnmt.training.run_dir import PRETRAINED_FILE, RunDir
@@ -29,6 +30,9 @@ DISJOINT_FIELD = "model.pretrained_data_disjoint"
 _DECLARED = f"pretrained on data declared disjoint from this run's ({DISJOINT_FIELD}=True)"
 DISJOINT_NOTE = f"{_DECLARED}: its ε is not composed; its own record is kept here"
 
+_OVERLAPPING = (
+    f"{DISJOINT_FIELD}=True refused: the export's recorded training corpora include this run's"
+)
 _UNBOUNDED = (
     "a dpnmt export without a finite privacy guarantee (or record) on its own training data, "
     f"which may overlap this run's: composed, the total ε is ∞ ({DISJOINT_FIELD} not set)"
@@ -41,6 +45,16 @@ class RecordUnreadable(OSError):
 
 def read_export_record(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
     """(whether `name_or_path` is a dpnmt export, its privacy record or None).
+
+    As `read_export_settings`, the record alone.
+    """
+    is_export, settings = read_export_settings(name_or_path)
+    record = (settings or {}).get(PRIVACY_KEY)
+    return is_export, record if isinstance(record, dict) else None
+
+
+def read_export_settings(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
+    """(whether `name_or_path` is a dpnmt export, its whole dpnmt.json or None).
 
     `name_or_path` is found as the model is loaded: a local folder, else a hub
     id through the local cache or the hub (`models.pretrained.find_file`). A
@@ -66,8 +80,7 @@ def read_export_record(name_or_path: str) -> tuple[bool, dict[str, Any] | None]:
             settings = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return True, None
-    record = settings.get(PRIVACY_KEY) if isinstance(settings, dict) else None
-    return True, record if isinstance(record, dict) else None
+    return True, settings if isinstance(settings, dict) else None
 
 
 def _number(value: Any) -> float | None:
@@ -133,7 +146,7 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
             )
         return None, None
     try:
-        is_export, record = read_export_record(name)
+        is_export, settings = read_export_settings(name)
     except RecordUnreadable as error:
         return _unreadable(name, declared, config.dp.enabled, error)
     if not is_export:
@@ -142,6 +155,8 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
             "are outside this report"
         )
         return PretrainedClaim(False, False, declared, None, None, note), None
+    record = (settings or {}).get(PRIVACY_KEY)
+    record = record if isinstance(record, dict) else None
     epsilon, delta = (math.inf, None) if record is None else claimed_by_export(record)
 
     def claim(composed: bool, epsilon: float, delta: float | None, note: str) -> PretrainedClaim:
@@ -149,6 +164,13 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
             True, composed, declared, epsilon, delta, note, record, _adjacency(record)
         )
 
+    if declared and config.dp.enabled:
+        from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
+
+        where = _declared_where(name)
+        overlap = corpus_record.same_corpus_problems(settings, RunConfig.of(config).data, where)
+        if overlap:
+            return claim(True, epsilon, delta, _OVERLAPPING), overlap[0]
     if declared:
         return claim(False, epsilon, delta, DISJOINT_NOTE), None
     if not config.dp.enabled:
@@ -178,6 +200,42 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
         f"this run's (set {DISJOINT_FIELD}=True if they share no example)"
     )
     return claim(True, epsilon, delta, note), None
+
+
+def _declared_where(name: str) -> str:
+    return (
+        f"{DISJOINT_FIELD}=True declares model.name_or_path={name!r}'s training data disjoint "
+        "from this run's"
+    )
+
+
+def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
+    """A disjoint declaration refused from the corpus text (`corpus_record.same_text_problems`).
+
+    Only a private run declaring its starting dpnmt export disjoint, whose
+    dpnmt.json records its training corpora (older exports and other models:
+    the declaration stays the user's word). `training.preflight.check_run`
+    asks it before anything is written.
+
+    Args:
+      config: the run's config.
+      corpus: its corpus as trained on (`training.pieces.load_corpus`).
+    """
+    name = config.model.name_or_path
+    if name is None or not config.dp.enabled:
+        return []
+    if not config.model.get("pretrained_data_disjoint", False):
+        return []
+    try:
+        is_export, settings = read_export_settings(name)
+    except RecordUnreadable:
+        return []  # Declared: accepted without a record (`_unreadable`).
+    if not is_export:
+        return []
+    from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
+
+    run = RunConfig.of(config)
+    return corpus_record.same_text_problems(settings, run.data, corpus, _declared_where(name))
 
 
 def _unreadable(

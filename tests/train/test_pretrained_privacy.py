@@ -314,3 +314,95 @@ def test_an_export_for_another_adjacency_is_composed_with_a_note(tmp_path, sampl
     claim = pretrained_privacy.pretrained_claim(config)
     report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
     assert "neighbouring" not in report.composition
+
+
+def _export_trained_on(model_folder, tmp_path, corpus_config, record):
+    """An export whose dpnmt.json records the training corpora of `corpus_config`'s run,
+    as `dpnmt.release.export_run` writes them (`corpus_record.training_corpora`)."""
+    from dpnmt.config import RunConfig  # noqa: PLC0415
+    from dpnmt.data import corpus_record  # noqa: PLC0415
+
+    folder = _export(model_folder, tmp_path, record)
+    settings = json.loads((tmp_path / "exported" / "dpnmt.json").read_text())
+    settings[corpus_record.KEY] = corpus_record.training_corpora(RunConfig.of(corpus_config))
+    (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps(settings))
+    return folder, settings[corpus_record.KEY]
+
+
+def test_declaring_disjoint_an_export_trained_on_this_run_s_corpus_is_refused(
+    model_folder, tmp_path, monkeypatch
+):
+    """`model.pretrained_data_disjoint=True` was the user's word alone: an export of a
+    NON-private run on this very corpus (ε = ∞) was accepted and the run reported ε = 8."""
+    _stop_before_tokenizing(monkeypatch)
+    public_stage = _config(tmp_path, None, variant="nonprivate")  # Trained on this corpus.
+    folder, recorded = _export_trained_on(model_folder, tmp_path, public_stage, _record(False))
+    # Published: the corpus's name and a digest of its text, never the local path.
+    assert recorded[0]["corpus"] == "files:corpus" and str(tmp_path) not in json.dumps(recorded)
+    assert len(recorded[0]["train_text_digest"]) == 64
+    config = _config(tmp_path, folder)
+    config.model.pretrained_data_disjoint = True
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        loop.train_and_evaluate(config, str(workdir))
+    message = str(error.value)
+    assert message.startswith("model.pretrained_data_disjoint=True declares model.name_or_path=")
+    assert "['files:corpus']" in message and "Unset model.pretrained_data_disjoint" in message
+    assert not workdir.exists()
+
+
+def test_an_export_trained_on_a_copy_of_this_run_s_corpus_found_here_is_refused(
+    model_folder, tmp_path, monkeypatch
+):
+    """Named by folder: the recorded name resolves here (under $DPNMT_DATA_DIR) to the
+    private folder, refused before the corpus is read; a reordered copy by its text."""
+    pretrained_privacy = _pretrained_privacy()
+    root = tmp_path / "data"
+    monkeypatch.setenv("DPNMT_DATA_DIR", str(root))
+    _corpus(root / "corpus")
+    config = _config(tmp_path, None)  # Its corpus: tmp_path/corpus.
+    config.data.corpus = "files:corpus"  # Now root/corpus, by name.
+    private = _config(tmp_path, None, variant="eps8")
+    private.data.corpus = "files:corpus"
+    folder, _ = _export_trained_on(model_folder, tmp_path, private, _record())  # Names only.
+    config.model.name_or_path = folder
+    config.model.pretrained_data_disjoint = True
+    (problem,) = pretrained_privacy.pretrained_problems(config)
+    assert "the same corpus as this run's private corpus" in problem
+    # A reordered copy elsewhere, recorded by a name found here: refused by its text.
+    rows = (root / "corpus" / "train.tsv").read_text().splitlines()
+    (root / "copy").mkdir()
+    for split in ("validation", "test"):
+        shutil.copy(root / "corpus" / f"{split}.tsv", root / "copy" / f"{split}.tsv")
+    (root / "copy" / "train.tsv").write_text("\n".join([rows[0], *reversed(rows[1:])]) + "\n")
+    private.data.corpus = "files:copy"
+    shutil.rmtree(tmp_path / "exported")
+    folder, _ = _export_trained_on(model_folder, tmp_path, private, _record())
+    assert pretrained_privacy.pretrained_problems(config) == []  # Another name.
+    (problem,) = pretrained_privacy.declared_text_problems(config, pieces.load_corpus(config))
+    assert "['files:copy']: the text of this run's private corpus" in problem
+
+
+def test_an_export_trained_on_another_corpus_may_be_declared_disjoint(model_folder, tmp_path):
+    from dpnmt.data import corpus_record  # noqa: PLC0415
+
+    pretrained_privacy = _pretrained_privacy()
+    other = tmp_path / "public"
+    other.mkdir()
+    public_stage = _config(other, None, variant="nonprivate")  # other/corpus: another text.
+    for split in ("train", "validation", "test"):
+        path = other / "corpus" / f"{split}.tsv"
+        path.write_text(path.read_text().replace("Satz", "Zeile").replace("Sentence", "Line"))
+    folder, recorded = _export_trained_on(model_folder, tmp_path, public_stage, _record(False))
+    config = _config(tmp_path, folder)
+    config.model.pretrained_data_disjoint = True
+    corpus = pieces.load_corpus(config)
+    digest = corpus_record.text_digest(corpus["train"])
+    assert recorded[0]["train_text_digest"] != digest  # Same name "files:corpus", other text.
+    assert pretrained_privacy.declared_text_problems(config, corpus) == []
+    claim = pretrained_privacy.pretrained_claim(config)
+    assert claim.declared_disjoint and not claim.composed
+    # An export that records nothing (older, or not dpnmt's): the declaration is the user's.
+    (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(False)}))
+    assert pretrained_privacy.declared_text_problems(config, corpus) == []
+    assert pretrained_privacy.pretrained_problems(config) == []
