@@ -4,95 +4,24 @@ Both sources share one interface (`LotSource`): iterating yields `Lot`s forever
 (epoch after epoch; take as many as the run needs), and `state_dict()` /
 `load_state_dict()` save and restore the position in the lot sequence (a
 JSON-serialisable dict). Both draw from numpy's PCG64 seeded with every bit of a
-secret seed of any size.
+secret seed of any size. `Lot` and `LotCollator` live in `dpnmt.bridge.lot`
+(importable from here too).
 
 Privacy note: the size of a Poisson lot is private. `Lot.__repr__` hides it, and
 nothing in this module logs it.
 """
 
 import copy
-import dataclasses
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 import jax
 import numpy as np
 import torch
 
-from dpnmt.bridge.dataset import INDEX, ExampleBlock
-
-INDEX_DTYPE = np.int64
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class Lot:
-    """One logical batch: the sampled example indices and their fields.
-
-    Attributes:
-      indices: `[n]` int64 dataset positions of the sampled examples (n may be 0).
-      batch: field name -> `[n, ...]` numpy array, rows aligned with `indices`.
-    """
-
-    indices: np.ndarray
-    batch: dict[str, np.ndarray]
-
-    def __repr__(self) -> str:
-        """Names the fields only: a Poisson lot's size is private, never print it."""
-        return f"Lot(fields={sorted(self.batch)}, size=<private>)"
-
-
-class LotCollator:
-    """Collates a list of per-example dicts into a `Lot`, including the empty lot.
-
-    Replaces Opacus' empty-batch collate, which fails for dict-of-numpy samples
-    (it needs tensors, or passes a Python type as a torch dtype). An empty list
-    gives a `Lot` with zero rows and the right per-field shapes and dtypes.
-    """
-
-    def __init__(self, field_specs: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
-        """Stores the per-example field layout.
-
-        Args:
-          field_specs: field name -> (per-example shape, dtype), without `index`
-            (e.g. `TokenizedExamples.field_specs()`).
-        """
-        self._field_specs = {
-            name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in field_specs.items()
-        }
-
-    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> Lot:
-        """Stacks `samples` (each with an `index` and every field) into a `Lot`.
-
-        Args:
-          samples: per-example dicts (or an `ExampleBlock`); may be empty.
-
-        Returns:
-          A `Lot` with `[n]` indices and `[n, *shape]` arrays of the spec dtypes.
-
-        Raises:
-          ValueError: a field's per-example shape differs from its spec.
-        """
-        if isinstance(samples, ExampleBlock):
-            indices = samples.indices.astype(INDEX_DTYPE)
-        else:
-            indices = np.fromiter((int(s[INDEX]) for s in samples), INDEX_DTYPE, count=len(samples))
-        batch = {}
-        for name, (shape, dtype) in self._field_specs.items():
-            if isinstance(samples, ExampleBlock):
-                stacked = samples.fields[name].astype(dtype, copy=False)
-            elif len(samples):
-                stacked = np.stack([np.asarray(s[name], dtype=dtype) for s in samples])
-            else:
-                stacked = np.zeros((0, *shape), dtype=dtype)
-            if stacked.shape[1:] != shape:
-                raise ValueError(
-                    f"field {name!r} has per-example shape {stacked.shape[1:]}, expected "
-                    f"{shape}; pad examples to the fixed length before collating."
-                )
-            batch[name] = stacked
-        return Lot(indices=indices, batch=batch)
+from dpnmt.bridge.lot import INDEX_DTYPE, Lot, LotCollator, fetch_examples
 
 
 class LotSource(Protocol):
@@ -163,13 +92,6 @@ def lot_sampling_rate(num_examples: int, expected_lot_size: int) -> float:
             "lower L or use more data."
         )
     return validate_sampling_rate(expected_lot_size / num_examples)
-
-
-def _fetch(dataset: torch.utils.data.Dataset, indices: np.ndarray) -> Sequence[Any]:
-    """The examples at `indices`, batched when the dataset supports it (as torch does)."""
-    if hasattr(dataset, "__getitems__"):
-        return dataset.__getitems__(indices.tolist())
-    return [dataset[int(i)] for i in indices]
 
 
 def _check_seed(seed: int) -> int:
@@ -333,7 +255,7 @@ class PoissonLots:
     def __iter__(self) -> Iterator[Lot]:
         """Yields lots forever from the current (epoch, step); one iterator at a time."""
         while True:
-            lot = self._collate(_fetch(self._dataset, self._draw_members()))
+            lot = self._collate(fetch_examples(self._dataset, self._draw_members()))
             self._step += 1
             if self._step == self._num_steps_per_epoch:
                 self._epoch, self._step = self._epoch + 1, 0
@@ -468,7 +390,7 @@ class ShuffledLots:
                 self._permutation = self._generator.permutation(self._num_examples)
             start = self._step * self._lot_size
             indices = self._permutation[start : start + self._lot_size]
-            lot = self._collate(_fetch(self._dataset, indices))
+            lot = self._collate(fetch_examples(self._dataset, indices))
             self._step += 1
             if self._step == self._num_steps_per_epoch:
                 self._epoch, self._step, self._permutation = self._epoch + 1, 0, None

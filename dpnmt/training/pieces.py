@@ -1,7 +1,9 @@
 """Builds each piece of a run from its config: corpus, tokenizer, tokenized splits, model.
 
 Shared by training (`dpnmt.training.setup.build_run` puts them in order) and
-decoding (`dpnmt.evaluation.decode`), so both see the same data and model.
+decoding (`dpnmt.evaluation.decode`), so both see the same data and model. Each
+public function takes the run config (a `RunConfig`, or a ConfigDict read as
+one) and hands its helpers only the sections they need.
 """
 
 import contextlib
@@ -15,8 +17,9 @@ import datasets
 import jax
 import ml_collections
 
-from dpnmt import config_lib, models
+from dpnmt import models
 from dpnmt.config import RunConfig
+from dpnmt.config.sections import DataConfig, ModelConfig, TokenizerConfig
 from dpnmt.data import corpora, dp_sentencepiece, health, public_vocab, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.corpora.common import validation_is_carved_from_train
@@ -26,17 +29,19 @@ from dpnmt.models import lora
 from dpnmt.training import pretrained_privacy
 from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 
+RunConfigLike = RunConfig | ml_collections.ConfigDict
 
-def load_corpus(config: ml_collections.ConfigDict) -> datasets.DatasetDict:
-    """The corpus named by `config.data`, train split limited if asked."""
-    options = RunConfig.of(config).data.corpus_options()  # data.dir -> data_dir, ...
+
+def load_corpus(config: RunConfigLike) -> datasets.DatasetDict:
+    """The corpus named by the `data` section, train split limited if asked."""
+    data = RunConfig.of(config).data
     corpus = corpora.load_corpora(
-        config.data.corpus,
-        config.data.pair,
-        weights=tuple(config.data.get("corpus_weights", ())),
-        **options,
+        data.corpus,
+        data.pair,
+        weights=tuple(data.corpus_weights),
+        **data.corpus_options(),  # data.dir -> data_dir, ...
     )
-    limit = config.data.max_train_examples
+    limit = data.max_train_examples
     if limit is not None and limit < len(corpus["train"]):
         # Not how many there were: the private split's exact size is not logged.
         logging.info("Keeping the first %d training pairs (data.max_train_examples).", limit)
@@ -60,12 +65,12 @@ def _hub_errors(name_or_path: str):
         ) from error
 
 
-def _mbart_langs(config) -> tuple[str | None, str | None]:
-    if config.model.family != "mbart":
+def _mbart_langs(model: ModelConfig, data: DataConfig) -> tuple[str | None, str | None]:
+    if model.family != "mbart":
         return None, None
     from dpnmt.data.languages import mbart_codes
 
-    pair = parse_pair(config.data.pair)
+    pair = parse_pair(data.pair)
     return mbart_codes(pair)
 
 
@@ -92,7 +97,7 @@ def _export_vocabulary(
 
 
 def build_tokenizer(
-    config: ml_collections.ConfigDict,
+    config: RunConfigLike,
     corpus: datasets.DatasetDict,
     workdir: str,
     *,
@@ -115,16 +120,18 @@ def build_tokenizer(
     Returns:
       (tokenizer, record of how the vocabulary was made).
     """
-    kind = config_lib.tokenizer_kind(config)
-    src_lang, tgt_lang = _mbart_langs(config)
+    run = RunConfig.of(config)
+    kind = run.tokenizer_kind
+    src_lang, tgt_lang = _mbart_langs(run.model, run.data)
     if kind == "pretrained":
-        if config.model.name_or_path is None:
+        name_or_path = run.model.name_or_path
+        if name_or_path is None:
             raise ValueError("tokenizer.kind='pretrained' needs model.name_or_path.")
-        with _hub_errors(config.model.name_or_path):
+        with _hub_errors(name_or_path):
             tokenizer, record = tokenizers.load_pretrained_tokenizer(
-                config.model.name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
+                name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
             )
-        return tokenizer, _export_vocabulary(config.model.name_or_path, record)
+        return tokenizer, _export_vocabulary(name_or_path, record)
     model_path = os.path.join(workdir, TOKENIZER_FILE)
     record_path = os.path.join(workdir, VOCABULARY_RECORD_FILE)
     if os.path.exists(model_path) and os.path.exists(record_path):
@@ -137,43 +144,9 @@ def build_tokenizer(
             f"{VOCABULARY_RECORD_FILE} are both needed). It is not learnt again from the "
             "private data: restore the files, or train in a new workdir."
         )
-    pair = parse_pair(config.data.pair)
-    train = corpus["train"]["translation"]
-    common = dict(vocab_size=config.tokenizer.vocab_size, model_type=config.tokenizer.model_type)
-    if kind == "dp_sentencepiece":
-        params = dp_sentencepiece.DPVocabularyParams(
-            noise_stddev=config.tokenizer.dp_noise_stddev,
-            delta=config.tokenizer.dp_delta,
-            max_words=config.tokenizer.dp_max_words,
-        )
-        examples = [(row[pair.source], row[pair.target]) for row in train]
-        tokenizer, record = dp_sentencepiece.train_dp_sentencepiece(
-            examples, params=params, seed=noise_seed, **common
-        )
-    elif kind == "sentencepiece_public" and config.tokenizer.get("public_corpora"):
-        built = public_vocab.build_public_vocabulary(
-            public_vocab.PublicVocabSpec.from_config(config)
-        )
-        logging.info(
-            "Public vocabulary (%s): %s.", "learnt" if built.built else "cached", built.record.note
-        )
-        tokenizer, record = built.tokenizer, built.record
-    elif kind == "sentencepiece_public":
-        tokenizer, record = tokenizers.train_sentencepiece(
-            list(config.tokenizer.public_text_paths), **common
-        )
-    elif kind == "sentencepiece_private":
-        texts = [row[side] for row in train for side in (pair.source, pair.target)]
-        tokenizer, record = tokenizers.train_private_sentencepiece(
-            texts, private_data_ok=config.tokenizer.private_data_ok, **common
-        )
-    else:
-        raise ValueError(
-            f"tokenizer.kind={kind!r} is unknown; use auto, pretrained, dp_sentencepiece, "
-            "sentencepiece_public or sentencepiece_private."
-        )
+    tokenizer, record = _learn_vocabulary(run.tokenizer, kind, run.data.pair, corpus, noise_seed)
     health.log_warnings(
-        [health.vocabulary_warning(config.tokenizer.vocab_size, tokenizer.vocab_size, kind)]
+        [health.vocabulary_warning(run.tokenizer.vocab_size, tokenizer.vocab_size, kind)]
     )
     os.makedirs(workdir, exist_ok=True)
     tokenizer.save(model_path)
@@ -182,13 +155,61 @@ def build_tokenizer(
     return tokenizer, record
 
 
+def _learn_vocabulary(
+    settings: TokenizerConfig,
+    kind: str,
+    pair_name: str,
+    corpus: datasets.DatasetDict,
+    noise_seed: int | None,
+) -> tuple[tokenizers.Tokenizer, tokenizers.VocabularyRecord]:
+    """A new vocabulary of the resolved `kind` (DP, public or, if accepted, private text)."""
+    pair = parse_pair(pair_name)
+    train = corpus["train"]["translation"]
+    common = dict(vocab_size=settings.vocab_size, model_type=settings.model_type)
+    if kind == "dp_sentencepiece":
+        params = dp_sentencepiece.DPVocabularyParams(
+            noise_stddev=settings.dp_noise_stddev,
+            delta=settings.dp_delta,
+            max_words=settings.dp_max_words,
+        )
+        examples = [(row[pair.source], row[pair.target]) for row in train]
+        tokenizer, record = dp_sentencepiece.train_dp_sentencepiece(
+            examples, params=params, seed=noise_seed, **common
+        )
+    elif kind == "sentencepiece_public" and settings.public_corpora:
+        built = public_vocab.build_public_vocabulary(
+            public_vocab.PublicVocabSpec.from_sections(settings, pair_name)
+        )
+        logging.info(
+            "Public vocabulary (%s): %s.", "learnt" if built.built else "cached", built.record.note
+        )
+        tokenizer, record = built.tokenizer, built.record
+    elif kind == "sentencepiece_public":
+        tokenizer, record = tokenizers.train_sentencepiece(
+            list(settings.public_text_paths), **common
+        )
+    elif kind == "sentencepiece_private":
+        texts = [row[side] for row in train for side in (pair.source, pair.target)]
+        tokenizer, record = tokenizers.train_private_sentencepiece(
+            texts, private_data_ok=settings.private_data_ok, **common
+        )
+    else:
+        raise ValueError(
+            f"tokenizer.kind={kind!r} is unknown; use auto, pretrained, dp_sentencepiece, "
+            "sentencepiece_public or sentencepiece_private."
+        )
+    return tokenizer, record
+
+
 def tokenize_corpus(
-    config: ml_collections.ConfigDict,
+    config: RunConfigLike,
     corpus: datasets.DatasetDict,
     tokenizer: tokenizers.Tokenizer,
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
     """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
-    tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **_preprocess_options(config))
+    run = RunConfig.of(config)
+    options = _preprocess_options(run.data, run.model)
+    tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **options)
     health.log_warnings(
         health.truncation_warnings(
             stats, tokenized, validation_is_private=validation_is_carved_from_train(corpus)
@@ -197,96 +218,103 @@ def tokenize_corpus(
     return tokenized, stats
 
 
-def _preprocess_options(config: ml_collections.ConfigDict) -> dict:
-    """`preprocess`'s keyword arguments from the config."""
+def _preprocess_options(data: DataConfig, model: ModelConfig) -> dict:
+    """`preprocess`'s keyword arguments from the data and model sections."""
     return dict(
-        pair=config.data.pair,
-        family=config.model.family,
-        max_source_length=config.data.max_source_length,
-        max_target_length=config.data.max_target_length,
-        source_prefix=config.model.source_prefix,
+        pair=data.pair,
+        family=model.family,
+        max_source_length=data.max_source_length,
+        max_target_length=data.max_target_length,
+        source_prefix=model.source_prefix,
     )
 
 
 TOKENIZE_TRAIN_MODES = ("auto", "upfront", "per_lot")
 
 
-def tokenizes_train_per_lot(config: ml_collections.ConfigDict) -> bool:
+def tokenizes_train_per_lot(config: RunConfigLike) -> bool:
     """Whether the train split is tokenized per lot (`data.tokenize_train`)."""
-    mode = config.data.tokenize_train
-    if mode not in TOKENIZE_TRAIN_MODES:
+    data = RunConfig.of(config).data
+    if data.tokenize_train not in TOKENIZE_TRAIN_MODES:
         raise ValueError(
-            f"data.tokenize_train={mode!r} is unknown; use one of {TOKENIZE_TRAIN_MODES}."
+            f"data.tokenize_train={data.tokenize_train!r} is unknown; use one of "
+            f"{TOKENIZE_TRAIN_MODES}."
         )
-    return mode == "per_lot" or (mode == "auto" and jax.process_count() > 1)
+    return data.tokenize_per_lot(jax.process_count())
 
 
 def tokenize_train_on_demand(
-    config: ml_collections.ConfigDict, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
+    config: RunConfigLike, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
 ) -> tuple[preprocess_lib.OnDemandSplit, preprocess_lib.SplitStats]:
     """The train split as `tokenize_corpus` would give it, tokenized only when fetched."""
-    return preprocess_lib.preprocess_on_demand(split, tokenizer, **_preprocess_options(config))
+    run = RunConfig.of(config)
+    options = _preprocess_options(run.data, run.model)
+    return preprocess_lib.preprocess_on_demand(split, tokenizer, **options)
 
 
-def trainable_predicate(config: ml_collections.ConfigDict):
+def trainable_predicate(config: RunConfigLike):
     """`(path, leaf) -> bool`: which parameters get per-example gradients.
 
     `model.finetune`: "lora" the adapters only, "bias" the bias terms only,
     "all" everything `model.trainable` matches (everything when unset).
     """
-    if config.model.finetune == "lora":
+    return _trainable_predicate(RunConfig.of(config).model)
+
+
+def _trainable_predicate(model: ModelConfig):
+    if model.finetune == "lora":
         return models.is_adapter
-    if config.model.finetune == "bias":
+    if model.finetune == "bias":
         return models.bias_only
-    if config.model.trainable:
-        return models.regex_trainable(config.model.trainable)
+    if model.trainable:
+        return models.regex_trainable(model.trainable)
     return lambda path, leaf: True
 
 
-def split_trainable(config: ml_collections.ConfigDict, params) -> tuple[Any, Any]:
+def split_trainable(config: RunConfigLike, params) -> tuple[Any, Any]:
     """(trainable, frozen) parameters by `trainable_predicate`.
 
     Raises:
       ConfigError: nothing is trainable (e.g. `model.finetune='bias'` on a T5).
     """
+    model = RunConfig.of(config).model
     try:
-        return models.split_params(params, trainable_predicate(config))
+        return models.split_params(params, _trainable_predicate(model))
     except ValueError as error:
-        if config.model.finetune == "bias":
+        if model.finetune == "bias":
             raise ConfigError(
                 "model.finetune='bias' trains only bias terms, and this model has none (T5 "
                 "and mT5 layers are bias-free): use model.finetune='lora' or 'all', or an "
                 "mBART model."
             ) from error
-        raise ConfigError(f"model.trainable={config.model.trainable!r}: {error}") from error
+        raise ConfigError(f"model.trainable={model.trainable!r}: {error}") from error
 
 
-def lora_spec(config: ml_collections.ConfigDict) -> models.LoRASpec:
+def lora_spec(config: RunConfigLike | ModelConfig) -> models.LoRASpec:
     """The adapters `model.lora_*` ask for (none when `model.lora_rank` is 0)."""
-    if not config.model.lora_rank:
+    model = config if isinstance(config, ModelConfig) else RunConfig.of(config).model
+    if not model.lora_rank:
         return models.LoRASpec()
     return models.LoRASpec(
-        rank=config.model.lora_rank,
-        alpha=config.model.lora_alpha,
-        targets=config_lib.lora_targets(config),
+        rank=model.lora_rank, alpha=model.lora_alpha, targets=model.lora_target_names
     )
 
 
-def _with_adapters(config, model_config, params, rng) -> tuple[Any, Any, Any]:
+def _with_adapters(model: ModelConfig, model_config, params, rng) -> tuple[Any, Any, Any]:
     """The model with `model.lora_*` adapters: base `params` kept, adapters initialised."""
-    spec = lora_spec(config)
+    spec = lora_spec(model)
     if not spec.enabled:
         return models.create_model(model_config), model_config, params
     problem = lora.check_targets(spec.targets, lora.targets_of(model_config))
     if problem:
-        raise ConfigError(f"model.lora_targets={config.model.lora_targets!r}: {problem}")
+        raise ConfigError(f"model.lora_targets={model.lora_targets!r}: {problem}")
     model_config = dataclasses.replace(model_config, lora=spec)
     model = models.create_model(model_config)
     return model, model_config, models.add_adapters(model, params, jax.random.fold_in(rng, 1))
 
 
 def build_model(
-    config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer, rng: jax.Array
+    config: RunConfigLike, tokenizer: tokenizers.Tokenizer, rng: jax.Array
 ) -> tuple[Any, Any, Any]:
     """(flax module, its model config, initial params): pretrained or from scratch.
 
@@ -294,22 +322,23 @@ def build_model(
     the base weights as without them, the adapters from `rng` (B = 0, so the
     initial model computes the same function).
     """
-    if config.model.name_or_path is not None:
-        with _hub_errors(config.model.name_or_path):
-            model, params, _ = models.load_pretrained(config.model.name_or_path)
-        return _with_adapters(config, model.config, params, rng)
-    gated = config.model.feed_forward_proj.startswith("gated-")
+    model = RunConfig.of(config).model
+    if model.name_or_path is not None:
+        with _hub_errors(model.name_or_path):
+            pretrained, params, _ = models.load_pretrained(model.name_or_path)
+        return _with_adapters(model, pretrained.config, params, rng)
+    gated = model.feed_forward_proj.startswith("gated-")
     model_config = models.T5Config(
         model_type="t5",
         vocab_size=tokenizer.vocab_size,
-        d_model=config.model.d_model,
-        d_kv=config.model.d_kv,
-        d_ff=config.model.d_ff,
-        num_layers=config.model.num_layers,
-        num_decoder_layers=config.model.num_decoder_layers,
-        num_heads=config.model.num_heads,
-        dropout_rate=config.model.dropout_rate,
-        feed_forward_proj=config.model.feed_forward_proj,
+        d_model=model.d_model,
+        d_kv=model.d_kv,
+        d_ff=model.d_ff,
+        num_layers=model.num_layers,
+        num_decoder_layers=model.num_decoder_layers,
+        num_heads=model.num_heads,
+        dropout_rate=model.dropout_rate,
+        feed_forward_proj=model.feed_forward_proj,
         tie_word_embeddings=not gated,
         scale_decoder_outputs=not gated,
         pad_token_id=tokenizer.pad_id,
@@ -317,4 +346,4 @@ def build_model(
         decoder_start_token_id=tokenizer.pad_id,
     )
     params = models.init_params(models.create_model(model_config), rng)
-    return _with_adapters(config, model_config, params, rng)
+    return _with_adapters(model, model_config, params, rng)

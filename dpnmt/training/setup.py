@@ -18,6 +18,7 @@ import jax
 import ml_collections
 
 from dpnmt import bridge, config_lib, core, distributed, privacy
+from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
@@ -35,7 +36,7 @@ from dpnmt.training.records import (
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
 
 
-def tokenize_splits(config, corpus, tokenizer):
+def tokenize_splits(config: RunConfig | ml_collections.ConfigDict, corpus, tokenizer):
     """Tokenized evaluation splits, the train split's examples, and per-split counts.
 
     The train split is tokenized up front, or per lot (`data.tokenize_train`):
@@ -47,24 +48,25 @@ def tokenize_splits(config, corpus, tokenizer):
       (DatasetDict of the tokenized splits: all of them, or all but train when
       per lot; the train examples, a torch Dataset; split -> `SplitStats`).
     """
-    if not pieces.tokenizes_train_per_lot(config):
-        tokenized, stats = pieces.tokenize_corpus(config, corpus, tokenizer)
-        examples = tokenized_examples(tokenized["train"], config, tokenizer.pad_id)
+    run = RunConfig.of(config)
+    if not pieces.tokenizes_train_per_lot(run):
+        tokenized, stats = pieces.tokenize_corpus(run, corpus, tokenizer)
+        examples = tokenized_examples(tokenized["train"], run.data, tokenizer.pad_id)
         return tokenized, examples, stats.splits
     evaluation_splits = datasets.DatasetDict({k: v for k, v in corpus.items() if k != "train"})
-    tokenized, stats = pieces.tokenize_corpus(config, evaluation_splits, tokenizer)
-    train, train_stats = pieces.tokenize_train_on_demand(config, corpus["train"], tokenizer)
+    tokenized, stats = pieces.tokenize_corpus(run, evaluation_splits, tokenizer)
+    train, train_stats = pieces.tokenize_train_on_demand(run, corpus["train"], tokenizer)
     logging.info(
         "The train split is tokenized per lot (data.tokenize_train=%s): each process "
         "tokenizes only the rows it feeds; its truncation is not counted "
         "(python -m dpnmt.data.inspect counts it).",
-        config.data.tokenize_train,
+        run.data.tokenize_train,
     )
     examples = bridge.TokenizedOnDemand(
         train.encode,
         len(train),
-        max_source_length=config.data.max_source_length,
-        max_target_length=config.data.max_target_length,
+        max_source_length=run.data.max_source_length,
+        max_target_length=run.data.max_target_length,
         pad_id=tokenizer.pad_id,
     )
     return tokenized, examples, {"train": train_stats, **stats.splits}
@@ -132,6 +134,7 @@ def build_run(
       The `RunPieces` of this session (fresh or resuming).
     """
     timer = timer or PhaseTimer(enabled=False)
+    run = RunConfig.of(config)  # Sections, read below; the checks read the ConfigDict.
     run_dir = RunDir(workdir)
     with timer.phase("start-up: checks, workdir"):
         # 1. Checks, before a file is written (process 0 alone reads the shared
@@ -149,11 +152,7 @@ def build_run(
         )
         manager = checkpointing.make_manager(workdir)
         resuming = manager.latest_step() is not None
-        if (
-            config.dp.enabled
-            and config.dp.target_epsilon is None
-            and config.dp.noise_multiplier is None
-        ):
+        if run.dp.enabled and run.dp.target_epsilon is None and run.dp.noise_multiplier is None:
             raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
         # 2. Private records. Process 0 reads or draws the secret seed and
         # broadcasts it (no other process touches private/, and no shared-filesystem
@@ -170,7 +169,7 @@ def build_run(
 
     # 3. Corpus.
     with timer.phase("start-up: corpus"):
-        corpus = pieces.load_corpus(config)
+        corpus = pieces.load_corpus(run)
         if corpus_transform is not None:
             corpus = corpus_transform(corpus)
 
@@ -178,7 +177,7 @@ def build_run(
     # learns it once and the others load what it saved.
     def tokenizer_and_vocabulary(learn: bool):
         return pieces.build_tokenizer(
-            config,
+            run,
             corpus,
             workdir,
             noise_seed=derived_seed(noise_seed, "vocabulary"),
@@ -193,7 +192,7 @@ def build_run(
 
     # 5. Tokenized splits; exact counts of private splits stay in private/.
     with timer.phase("start-up: tokenization"):
-        tokenized, train_examples, split_stats = tokenize_splits(config, corpus, tokenizer)
+        tokenized, train_examples, split_stats = tokenize_splits(run, corpus, tokenizer)
     validation_is_private = pieces.validation_is_carved_from_train(corpus)
     private_splits = {"train", "validation"} if validation_is_private else {"train"}
     distributed.on_primary(
@@ -209,10 +208,10 @@ def build_run(
     # 6. Privacy plan: σ, q = L/N and T, read by the sampler, the step and the accountant.
     with timer.phase("start-up: privacy plan"):
         plan = privacy.plan_privacy(
-            config.dp,
-            config.train,
+            run.dp,
+            run.train,
             len(train_examples),
-            seed_is_secret=not config_lib.fixed_noise_seed(config),
+            seed_is_secret=not run.fixed_noise_seed,
         )
     if not plan.seed_is_secret and plan.private:
         logging.warning(
@@ -232,17 +231,17 @@ def build_run(
 
     # 7. Model and optimizer.
     with timer.phase("start-up: model init"):
-        root = jax.random.key(config.seed)
+        root = jax.random.key(run.seed)
         model, model_config, params = pieces.build_model(
-            config, tokenizer, jax.random.fold_in(root, 0)
+            run, tokenizer, jax.random.fold_in(root, 0)
         )
-        trainable, frozen = pieces.split_trainable(config, params)
+        trainable, frozen = pieces.split_trainable(run, params)
         if plan.private and plan.noise_mode == core.noise.SECURE:
             _check_secure_noise(plan, trainable)
-        tx = steps.make_optimizer(config.train, plan.num_steps)
+        tx = steps.make_optimizer(run.train, plan.num_steps)
         opt_state = timer.sync(tx.init(trainable))
 
-    label_smoothing = float(config.train.get("label_smoothing", 0.0))
+    label_smoothing = float(run.train.label_smoothing)
 
     def loss_fn(full_params, example, dropout_key):
         return steps.example_loss(
@@ -254,14 +253,14 @@ def build_run(
 
     # 8. The DP lot step: noise once per lot on the sum of clipped gradients, ÷ L.
     mesh = bridge.make_data_mesh()
-    bridge.check_physical_batch_size(config.train.physical_batch_size, mesh)
+    bridge.check_physical_batch_size(run.train.physical_batch_size, mesh)
     step_fns = steps.make_lot_step(
         loss_fn,
         tx,
         steps.StepPrivacy.from_plan(plan),
         mesh,
-        clipping=config.dp.clipping,
-        clipping_chunk=config.dp.clipping_chunk,
+        clipping=run.dp.clipping,
+        clipping_chunk=run.dp.clipping_chunk,
     )
 
     # 9. Lot sampler. Lot membership must be secret for Poisson amplification:
@@ -275,8 +274,8 @@ def build_run(
         lots = bridge.PoissonLots(
             lot_indices,
             plan.expected_lot_size,
-            seed=None if config.dp.secure_rng else sampler_seed,
-            secure_rng=config.dp.secure_rng,
+            seed=None if run.dp.secure_rng else sampler_seed,
+            secure_rng=run.dp.secure_rng,
         )
     else:
         lots = bridge.ShuffledLots(lot_indices, plan.expected_lot_size, seed=sampler_seed)
