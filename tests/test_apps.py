@@ -97,8 +97,8 @@ def test_unknown_variant_is_one_line_naming_the_valid_ones(capsys):
     from dpnmt.data import inspect  # noqa: F401 - defines --config in this process.
 
     with flagsaver.flagsaver(), pytest.raises(SystemExit) as exit_info:
-        cli.parse_flags(["dpnmt.data.inspect", "--config=configs/tiny.py:eps3"])
+        cli.parse_flags(["dpnmt.data.inspect", "--config=configs/tiny.py:eps2"])
     assert exit_info.value.code == cli.USAGE_EXIT_CODE
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "Unknown config variant 'eps3'" in lines[0]
+    assert len(lines) == 1 and "Unknown config variant 'eps2'" in lines[0]
     assert "Traceback" not in lines[0]

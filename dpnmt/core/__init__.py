@@ -5,7 +5,7 @@ and privacy accounting. Imports only jax, chex, optax, dp_accounting, and flax
 (to find the layers of a Flax loss for book-keeping clipping, `dpnmt.core.ghost`).
 """
 
-from dpnmt.core import dp_step
+from dpnmt.core import dp_step  # noqa: F401 - the one DP lot step, as `dpnmt.core.dp_step` (its own API page)
 from dpnmt.core.accounting import (
     Accountant,
     calibrate_noise_multiplier,
@@ -40,7 +40,6 @@ __all__ = [
     "compute_epsilon_shuffled",
     "count_nonfinite",
     "dp_aggregate",
-    "dp_step",
     "dropout_key",
     "epsilon_if_poisson_not_a_guarantee",
     "fresh_seed",
