@@ -4,6 +4,7 @@ Cheap: no model and no data; the evaluator, the writer and the saves are stand-i
 """
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -22,6 +23,7 @@ from dpnmt.training.records import RunFiles, RunPrivacy
 from dpnmt.training.state import BestScore, LoopState, Validation
 
 
+@functools.cache  # Calibrating σ is the slow part (seconds); a plan is immutable.
 def _plan(private: bool) -> privacy.PrivacyPlan:
     config = config_lib.base_config()
     if private:
