@@ -108,6 +108,8 @@ def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
 
 
 def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text, fixed_os_seed):
+    """A DP run's bound stays under its claim: measured 0.00 (claim 1.00) for OS seeds
+    0x9e37… (OS_SEED), 0xd1b5…, 0x7f4a… (see the test below)."""
     # Fewer epochs than the noise-free run below (time); still a DP run claiming ε = 1.
     config = audit_config("eps1", public_text, epochs=20)
     report = auditing.run_audit(
@@ -122,14 +124,22 @@ def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text, fixed_os_s
 
 
 def test_a_step_without_noise_is_caught(tmp_path, public_text, monkeypatch, fixed_os_seed):
-    """The same eps1 run with its noise switched off: the claim must be refuted."""
+    """The same eps1 run with its noise switched off: the claim must be refuted.
+
+    Noise off, the run's true ε is ∞ and the bound only needs the canaries to be
+    memorised well enough; how well depends on the lots (the OS seed). Measured
+    bounds (claim 1.00, 64 canaries can show at most 2.09) for OS seeds 0x9e37…
+    (OS_SEED), 0xd1b5…, 0x7f4a…: 200 epochs 1.98, 0.997 (not caught), 1.55;
+    300 epochs 1.81, 1.27, 1.76 (+15 % time). Hence 300 epochs. The DP run of
+    the test above gives 0.00 for all three (claim 1.00).
+    """
     real = core.dp_step.release  # The one release every DP step goes through.
 
     def noiseless(lot, key, *, noise_multiplier, **kwargs):
         return real(lot, key, noise_multiplier=0.0, **kwargs)
 
     monkeypatch.setattr(core.dp_step, "release", noiseless)
-    config = audit_config("eps1", public_text)
+    config = audit_config("eps1", public_text, epochs=300)
     report = auditing.run_audit(
         config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
     )
