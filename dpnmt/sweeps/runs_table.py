@@ -6,16 +6,14 @@ run, its ε recomputed with dp_accounting (`epsilon_check`) and a row whose
 reported ε disagrees refused by `load_runs`.
 """
 
-import csv
 import dataclasses
 import glob
-import io
 import json
 import math
 import os
 
 from dpnmt.errors import ConfigError
-from dpnmt.sweeps import epsilon_check
+from dpnmt.sweeps import epsilon_check, summary
 from dpnmt.sweeps.summary import as_float
 
 RESULTS, METRICS = "results.json", "metrics.jsonl"
@@ -165,11 +163,7 @@ def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
 
 def to_csv(rows: list[dict]) -> str:
     """The rows as CSV at full precision."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[k for k, _ in COLUMNS], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return out.getvalue()
+    return summary.to_csv(rows, COLUMNS)
 
 
 def private_validation(run: PublishedRun) -> bool:

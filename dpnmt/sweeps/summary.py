@@ -201,10 +201,14 @@ def to_markdown(rows: list[dict], not_finished: dict[str, str]) -> str:
     return "\n".join(lines + notes) + "\n"
 
 
-def to_csv(rows: list[dict]) -> str:
-    """The rows as CSV at full precision (nan, inf as Python writes them)."""
+def to_csv(rows: list[dict], columns=None) -> str:
+    """The rows as CSV at full precision (nan, inf as Python writes them).
+
+    `columns`: `(name, title)` pairs giving the fields in order (default: this table's).
+    """
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[name for name, _ in COLUMNS], lineterminator="\n")
+    names = [name for name, _ in (COLUMNS if columns is None else columns)]
+    writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
