@@ -1,11 +1,11 @@
-"""What `config.data` asks of the corpora that exist, and N from a corpus's text.
+"""What the `data` section asks of the corpora that exist, and N from a corpus's text.
 
 The rules the data section alone can check are `dpnmt.config.DataConfig.problems`.
 """
 
 import os
 
-from dpnmt.config import RunConfig
+from dpnmt.config import DataConfig, PrivacyConfig
 from dpnmt.data import corpora, languages, preprocess
 from dpnmt.errors import InputError
 
@@ -30,15 +30,15 @@ def corpus_identity(registry_name: str) -> str:
     return registry_name
 
 
-def _mixture_problems(config) -> list[str]:
+def _mixture_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
     """Several corpora (or weights) in `data.corpus`: well formed, and never in a DP run."""
-    spec, weights = config.data.corpus, tuple(config.data.corpus_weights)
+    spec, weights = data.corpus, tuple(data.corpus_weights)
     try:
         entries = corpora.parse_corpus_names(spec)
         problems = corpora.mixture.check_weights(spec, weights)
     except InputError as error:
         return [str(error)]
-    if config.dp.enabled and (len(entries) > 1 or weights):
+    if dp.enabled and (len(entries) > 1 or weights):
         problems.append(
             f"data.corpus={spec!r}"
             + (f" with data.corpus_weights={weights!r}" if weights else "")
@@ -50,40 +50,44 @@ def _mixture_problems(config) -> list[str]:
     return problems
 
 
-def data_problems(config) -> list[str]:
-    """Problems of `config.data` against the corpora that exist (and a DP run's one corpus)."""
-    config = RunConfig.of(config)
+def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
+    """Problems of the `data` section against the corpora that exist (and a DP run's one corpus).
+
+    Args:
+      data: the run's `data` section.
+      dp: its `dp` section (a private run trains on one corpus).
+    """
     problems = []
     try:
-        languages.parse_pair(config.data.pair)
+        languages.parse_pair(data.pair)
     except ValueError as error:
-        problems.append(f"data.pair={config.data.pair!r}: {error}")
-    mixture_problems = _mixture_problems(config)
+        problems.append(f"data.pair={data.pair!r}: {error}")
+    mixture_problems = _mixture_problems(data, dp)
     try:
-        first = corpora.mixture.first_registry_name(config.data.corpus)
+        first = corpora.mixture.first_registry_name(data.corpus)
         accepted = corpora.accepted_options(first)
     except InputError:
         return [*problems, *mixture_problems]
     problems += mixture_problems
-    options = config.data.CORPUS_OPTIONS
+    options = data.CORPUS_OPTIONS
     for name, option in options.items():
-        value = getattr(config.data, name)
+        value = getattr(data, name)
         if value is not None and option not in accepted:
             takes = [f"data.{f}" for f, o in options.items() if o in accepted]
             problems.append(
-                f"data.{name}={value!r}: corpus {config.data.corpus!r} does not use it (it takes "
+                f"data.{name}={value!r}: corpus {data.corpus!r} does not use it (it takes "
                 f"{takes or 'none of the data options'}); unset it."
             )
-    if config.data.dir is not None and not os.path.isdir(config.data.dir):
+    if data.dir is not None and not os.path.isdir(data.dir):
         problems.append(
-            f"data.dir={config.data.dir!r} is not a folder; give the corpus folder (or the data "
+            f"data.dir={data.dir!r} is not a folder; give the corpus folder (or the data "
             f"root holding it), or unset it to use ${corpora.DATA_DIR_ENV} or the download."
         )
-    for entry in corpora.parse_corpus_names(config.data.corpus):
+    for entry in corpora.parse_corpus_names(data.corpus):
         corpus, argument = corpora.lookup(entry.registry_name)
         if corpus.name == "files" and not os.path.isdir(corpora.files.resolve_folder(argument)):
             problems.append(
-                f"data.corpus={config.data.corpus!r}: folder {argument} does not exist here or "
+                f"data.corpus={data.corpus!r}: folder {argument} does not exist here or "
                 f"under ${corpora.DATA_DIR_ENV}; give a "
                 "folder of train/validation/test files (README: 'Your own data and model')."
             )

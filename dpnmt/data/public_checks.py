@@ -2,8 +2,8 @@
 
 Checks of `tokenizer.public_corpora` / `tokenizer.public_text_paths` (by name,
 folder and text) and of `python -m dpnmt.public_vocab --measure`, which may
-not read a DP config's private split. Each takes a run's config (a
-`dpnmt.config.RunConfig` or its ConfigDict).
+not read a DP config's private split. Each takes the typed sections it reads,
+or the `dpnmt.config.RunConfig` where it needs the resolved tokenizer kind.
 """
 
 import hashlib
@@ -12,53 +12,53 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from dpnmt.config import RunConfig
+from dpnmt.config import DataConfig, PrivacyConfig, RunConfig, TokenizerConfig
 from dpnmt.data import corpora, languages, overlap, public_vocab
 from dpnmt.data.checks import corpus_identity
 from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.errors import InputError
 
 
-def public_source_problems(config) -> list[str]:
+def public_source_problems(run: RunConfig) -> list[str]:
     """`sentencepiece_public`'s text: `public_corpora_problems`, and paths that exist."""
-    config = RunConfig.of(config)
     try:
-        if config.tokenizer_kind != "sentencepiece_public":
+        if run.tokenizer_kind != "sentencepiece_public":
             return []
     except InputError:
         return []  # Named by RunConfig.problems.
-    return public_corpora_problems(config) + [
+    return public_corpora_problems(run.tokenizer, run.data, run.dp) + [
         f"tokenizer.public_text_paths: {p} does not exist; fix the path."
-        for p in config.tokenizer.public_text_paths
+        for p in run.tokenizer.public_text_paths
         if not os.path.isfile(p)
     ]
 
 
-def public_corpora_problems(config) -> list[str]:
+def public_corpora_problems(
+    tokenizer: TokenizerConfig, data: DataConfig, dp: PrivacyConfig
+) -> list[str]:
     """`tokenizer.public_corpora`: known names, not with text paths, never the private corpus."""
-    config = RunConfig.of(config)
-    spec = config.tokenizer.public_corpora
+    spec = tokenizer.public_corpora
     if not spec:
         return []
-    if list(config.tokenizer.public_text_paths):
+    if list(tokenizer.public_text_paths):
         return [
             "tokenizer.public_corpora and tokenizer.public_text_paths are both set; give one "
             "source of public text for the vocabulary."
         ]
     try:
         public = corpora.parse_corpus_names(spec, "tokenizer.public_corpora")
-        private = corpora.parse_corpus_names(config.data.corpus)
+        private = corpora.parse_corpus_names(data.corpus)
     except InputError as error:
         return [str(error)]
-    problems = [p for e in public if (p := _public_corpus_problem(e, config.data.pair))]
-    if problems or not config.dp.enabled:
+    problems = [p for e in public if (p := _public_corpus_problem(e, data.pair))]
+    if problems or not dp.enabled:
         return problems  # Non-private: the public stage trains on these corpora too.
     folders = {corpus_identity(entry.registry_name) for entry in private}
     shared = [e.name for e in public if corpus_identity(e.registry_name) in folders]
     if shared:
         return [
             f"tokenizer.public_corpora={spec!r} includes {shared}, the private training data of "
-            f"this DP run (data.corpus={config.data.corpus!r}): a vocabulary learnt from it "
+            f"this DP run (data.corpus={data.corpus!r}): a vocabulary learnt from it "
             "without DP voids the guarantee. Name public corpora only, or use "
             "tokenizer.kind='dp_sentencepiece'."
         ]
@@ -92,20 +92,24 @@ def _public_corpus_problem(entry, pair: str) -> str | None:
     return None
 
 
-def measure_split_problems(config, measure: str | None, split: str) -> list[str]:
+def measure_split_problems(run: RunConfig | None, measure: str | None, split: str) -> list[str]:
     """`python -m dpnmt.public_vocab --measure`: never the train split of a DP config's corpus.
 
     A private run's train split is private: its size and length statistics are
     not published, and lengths or buckets fitted on them are choices made on
     private data outside the guarantee. Its public validation split is measured
     instead.
+
+    Args:
+      run: the `--config` (None: nothing is private).
+      measure: the `--measure` corpus name.
+      split: `--measure_split`.
     """
-    config = None if config is None else RunConfig.of(config)
-    if not measure or split != "train" or config is None or not config.dp.enabled:
+    if not measure or split != "train" or run is None or not run.dp.enabled:
         return []
     try:
         measured = corpora.parse_corpus_names(measure, "--measure")
-        private = corpora.parse_corpus_names(config.data.corpus)
+        private = corpora.parse_corpus_names(run.data.corpus)
     except InputError as error:
         return [str(error)]
     folders = {corpus_identity(entry.registry_name) for entry in private}
@@ -113,33 +117,36 @@ def measure_split_problems(config, measure: str | None, split: str) -> list[str]
         return []
     return [
         f"--measure={measure} --measure_split=train reads the train split of "
-        f"data.corpus={config.data.corpus!r}, the private training data of this DP --config: "
+        f"data.corpus={run.data.corpus!r}, the private training data of this DP --config: "
         "its size and length statistics are private, and lengths or buckets chosen from "
         "them are choices made on private data. Measure its public validation split "
         "(--measure_split=validation, the default), or give a non-private --config."
     ]
 
 
-def measure_options(config, measure: str) -> dict[str, Any]:
+def measure_options(data: DataConfig | None, measure: str) -> dict[str, Any]:
     """The loader options `--measure` is read with: the config's, when it names the config's corpus.
 
     So a validation split is carved (`data.validation_size`, ...) as the runs carve it.
+
+    Args:
+      data: the `--config`'s data section (None: no `--config`, no options).
+      measure: the `--measure` corpus name.
     """
-    config = None if config is None else RunConfig.of(config)
-    if config is None:
+    if data is None:
         return {}
     try:
         (measured,) = corpora.parse_corpus_names(measure, "--measure")
-        first = corpora.mixture.first_registry_name(config.data.corpus)
+        first = corpora.mixture.first_registry_name(data.corpus)
     except (InputError, ValueError):
         return {}
     if corpus_identity(measured.registry_name) != corpus_identity(first):
         return {}
-    return config.data.corpus_options()
+    return data.corpus_options()
 
 
 def measured_content_problems(
-    config, measure: str | None, split: str, measured, private
+    run: RunConfig | None, measure: str | None, split: str, measured, private
 ) -> list[str]:
     """`--measure`: its split must not be a DP config's private data under another name or split.
 
@@ -150,26 +157,25 @@ def measured_content_problems(
     a copy of the private corpus, or its carved validation, is refused.
 
     Args:
-      config: the `--config` (None: nothing is private).
+      run: the `--config` (None: nothing is private).
       measure: the `--measure` corpus name.
       split: `--measure_split`.
       measured: the measured corpus as loaded (`measure_options`).
       private: the config's corpus (`training.pieces.load_corpus`).
     """
-    config = None if config is None else RunConfig.of(config)
-    if not measure or config is None or not config.dp.enabled:
+    if not measure or run is None or not run.dp.enabled:
         return []
     where = f"--measure={measure} --measure_split={split}"
     fix = (
         "Measure a public split that is not this run's data (a corpus's own validation or "
         "test split), or give a non-private --config."
     )
-    first = corpora.mixture.first_registry_name(config.data.corpus)
+    first = corpora.mixture.first_registry_name(run.data.corpus)
     (entry,) = corpora.parse_corpus_names(measure, "--measure")
     same = corpus_identity(entry.registry_name) == corpus_identity(first)
     if same and split == "validation" and validation_is_carved_from_train(measured):
         return [
-            f"{where} reads the validation split of data.corpus={config.data.corpus!r}, which "
+            f"{where} reads the validation split of data.corpus={run.data.corpus!r}, which "
             "is carved from its train split, the private training data of this DP --config: "
             f"its size and length statistics are private. {fix}"
         ]
@@ -180,7 +186,7 @@ def measured_content_problems(
         return []
     return [
         f"{where} holds {'; '.join(o.describe() for o in found)} of data.corpus="
-        f"{config.data.corpus!r}, up to case and spacing: that is the private training data "
+        f"{run.data.corpus!r}, up to case and spacing: that is the private training data "
         "of this DP --config, whose size and length statistics are private (more than "
         f"{overlap.OVERLAP_LIMIT:.0%} of a private side shared is refused). {fix}"
     ]
@@ -209,7 +215,7 @@ def _text_digest(lines: Iterable[str]) -> str:
     return _sha256("\n".join(distinct).encode("utf-8"))
 
 
-def public_text_problems(config, corpus) -> list[str]:
+def public_text_problems(run: RunConfig, corpus) -> list[str]:
     """`tokenizer.public_text_paths` must not be the private corpus's own text.
 
     A private run (`sentencepiece_public`) refuses a path that resolves to a
@@ -219,9 +225,12 @@ def public_text_problems(config, corpus) -> list[str]:
     than `overlap.OVERLAP_LIMIT` of a private split side's sentences: a
     vocabulary learnt from it would be learnt from the private data without
     DP, reported as ε 0.
+
+    Args:
+      run: the run's config (its tokenizer kind, public text paths, corpus).
+      corpus: its corpus as loaded (`training.pieces.load_corpus`).
     """
-    config = RunConfig.of(config)
-    if not config.dp.enabled or config.tokenizer_kind != "sentencepiece_public":
+    if not run.dp.enabled or run.tokenizer_kind != "sentencepiece_public":
         return []
     by_path, by_bytes, by_text = {}, {}, {}
     sides = overlap.private_sides(corpus, _private_splits(corpus))
@@ -234,7 +243,7 @@ def public_text_problems(config, corpus) -> list[str]:
         for language in translations[0] if len(translations) else ():
             by_text.setdefault(_text_digest(row[language] for row in translations), split)
     problems = []
-    for path in config.tokenizer.public_text_paths:
+    for path in run.tokenizer.public_text_paths:
         if not os.path.isfile(path):
             continue  # Named by the static checks.
         with open(path, "rb") as f:
@@ -248,7 +257,7 @@ def public_text_problems(config, corpus) -> list[str]:
         if split is not None:
             problems.append(
                 f"tokenizer.public_text_paths: {path} {how} the {split} split of this run's "
-                f"corpus ({config.data.corpus}), not public text: a vocabulary learnt from it "
+                f"corpus ({run.data.corpus}), not public text: a vocabulary learnt from it "
                 "is learnt from the private data without DP, yet reported as ε 0. Give public "
                 "text that is not this run's data, or use tokenizer.kind='dp_sentencepiece' "
                 "(its ε is added), or 'sentencepiece_private' with "
@@ -258,7 +267,8 @@ def public_text_problems(config, corpus) -> list[str]:
         text = overlap.text_sentence_set(data.decode("utf-8", errors="replace").splitlines())
         found = overlap.large_overlaps(text, sides)
         if found:
-            problems.append(_overlap_message(f"tokenizer.public_text_paths: {path}", found, config))
+            where = f"tokenizer.public_text_paths: {path}"
+            problems.append(_overlap_message(where, found, run.data.corpus))
     return problems
 
 
@@ -267,10 +277,10 @@ def _private_splits(corpus) -> list[str]:
     return ["train", "validation"] if validation_is_carved_from_train(corpus) else ["train"]
 
 
-def _overlap_message(where: str, found: list, config) -> str:
+def _overlap_message(where: str, found: list, corpus_name: str) -> str:
     return (
         f"{where} holds {'; '.join(o.describe() for o in found)} of this DP run's corpus "
-        f"({config.data.corpus}), up to case and spacing: that text is not public (more than "
+        f"({corpus_name}), up to case and spacing: that text is not public (more than "
         f"{overlap.OVERLAP_LIMIT:.0%} of a private side shared is refused), and a vocabulary "
         "learnt from it is learnt from the private data without DP, yet reported as ε 0. "
         "Give public text that does not contain this run's data, or use "
@@ -278,7 +288,7 @@ def _overlap_message(where: str, found: list, config) -> str:
     )
 
 
-def public_corpora_content_problems(config, corpus) -> list[str]:
+def public_corpora_content_problems(run: RunConfig, corpus) -> list[str]:
     """`tokenizer.public_corpora` must not hold the private corpus's sentences.
 
     `public_corpora_problems` compares names and folders; this compares text, so
@@ -288,18 +298,21 @@ def public_corpora_content_problems(config, corpus) -> list[str]:
     of the distinct sentences of a side of a private split (a copy holds all).
     Reads the public corpora (a few seconds): `check_run` calls it, before
     anything is written.
+
+    Args:
+      run: the run's config (its tokenizer kind, public corpora, pair, corpus).
+      corpus: its corpus as loaded (`training.pieces.load_corpus`).
     """
-    config = RunConfig.of(config)
-    spec = config.tokenizer.public_corpora
-    if not spec or not config.dp.enabled:
+    if not run.tokenizer.public_corpora or not run.dp.enabled:
         return []
-    if config.tokenizer_kind != "sentencepiece_public":
+    if run.tokenizer_kind != "sentencepiece_public":
         return []
     sides = overlap.private_sides(corpus, _private_splits(corpus))
     problems = []
-    for name, lines in public_vocab.public_texts(public_vocab.PublicVocabSpec.from_config(config)):
+    spec = public_vocab.PublicVocabSpec.from_sections(run.tokenizer, run.data.pair)
+    for name, lines in public_vocab.public_texts(spec):
         found = overlap.large_overlaps(overlap.sentence_set(lines), sides)
         if found:
             where = f"tokenizer.public_corpora: {name!r}"
-            problems.append(_overlap_message(where, found, config))
+            problems.append(_overlap_message(where, found, run.data.corpus))
     return problems

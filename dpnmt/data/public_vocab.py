@@ -20,11 +20,10 @@ import json
 import os
 from typing import Any
 
-import ml_collections
 import numpy as np
 
 from dpnmt import atomic_file
-from dpnmt.config import RunConfig, TokenizerConfig
+from dpnmt.config import TokenizerConfig
 from dpnmt.data import tokenizers
 from dpnmt.data.corpora import mixture
 from dpnmt.data.languages import parse_pair
@@ -83,15 +82,6 @@ class PublicVocabSpec:
         return cls.create(
             tokenizer.public_corpora, pair, tokenizer.vocab_size, tokenizer.model_type
         )
-
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> "PublicVocabSpec":
-        """`from_sections` of a whole config.
-
-        Temporary: `training.pieces` and `data.public_checks` still pass their ConfigDict.
-        """
-        run = RunConfig.of(config)
-        return cls.from_sections(run.tokenizer, run.data.pair)
 
     def trainer_options(self) -> dict[str, Any]:
         """The options that, with the text, decide the model (the key hashes them)."""

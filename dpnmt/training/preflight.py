@@ -47,7 +47,7 @@ def config_problems(
         *public_checks.public_source_problems(run),
         *model_checks.model_problems(run.model),
         *pretrained_privacy.pretrained_problems(config),
-        *data_checks.data_problems(run),
+        *data_checks.data_problems(run.data, run.dp),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
         *run.train.device_problems(device_count),
         *compilation_cache.problems(run.train.compilation_cache),

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.data import public_checks, public_vocab
 from dpnmt.errors import ConfigError
 from dpnmt.training import pieces, preflight, setup
@@ -106,7 +107,9 @@ def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
     assert (tmp_path / "run" / "tokenizer.model").exists()
     for name in os.listdir(tmp_path / "run"):  # What the workdir publishes locates nothing.
         assert str(tmp_path).encode() not in (tmp_path / "run" / name).read_bytes(), name
-    cached = public_vocab.build_public_vocabulary(public_vocab.PublicVocabSpec.from_config(config))
+    run = RunConfig.of(config)
+    spec = public_vocab.PublicVocabSpec.from_sections(run.tokenizer, run.data.pair)
+    cached = public_vocab.build_public_vocabulary(spec)
     assert not cached.built and cached.tokenizer.fingerprint == tokenizer.fingerprint
 
 
@@ -181,7 +184,8 @@ def test_public_corpora_need_the_runs_pair(tmp_path):
     public = _corpus(tmp_path / "public", seed=2)
     config = _private_config(tmp_path / "nowhere", f"files:{public}")
     config.data.pair = "fr-en"
-    problems = public_checks.public_corpora_problems(config)
+    run = RunConfig.of(config)
+    problems = public_checks.public_corpora_problems(run.tokenizer, run.data, run.dp)
     assert problems and "fr-en" in problems[0], problems
 
 
@@ -234,8 +238,9 @@ def test_the_app_refuses_to_measure_a_dp_configs_private_train_split(tmp_path, c
     # The same corpus's train split under a non-private config is its data to measure.
     nonprivate = config_lib.make_config("nonprivate")
     nonprivate.data.corpus = f"files:{private}"
+    nonprivate = RunConfig.of(nonprivate)
     assert not public_checks.measure_split_problems(nonprivate, f"files:{private}", "train")
-    dp = _private_config(private, f"files:{public}")
+    dp = RunConfig.of(_private_config(private, f"files:{public}"))
     assert public_checks.measure_split_problems(dp, f"files:{private}", "train")
     assert not public_checks.measure_split_problems(dp, f"files:{private}", "validation")
     assert not public_checks.measure_split_problems(dp, f"files:{public}", "train")
@@ -251,10 +256,11 @@ def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refu
     shutil.copy(public / "validation.tsv", tmp_path / "copy")
     dp = _private_config(private, f"files:{public}")
     dp.data.validation_size = 20
+    dp = RunConfig.of(dp)
     own = pieces.load_corpus(dp)
 
     def problems(measure, split):
-        options = public_checks.measure_options(dp, measure)
+        options = public_checks.measure_options(dp.data, measure)
         measured = public_vocab.load_measured(measure, "de-en", **options)
         return public_checks.measured_content_problems(dp, measure, split, measured, own)
 

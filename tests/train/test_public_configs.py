@@ -18,6 +18,7 @@ import re
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.data import corpora, public_vocab
 from tests.small_configs import config_module, load_config
@@ -72,8 +73,8 @@ def _public_entries(config):
 
 
 def test_multi30k_runs_and_the_public_stage_share_one_public_vocabulary():
-    specs = [
-        public_vocab.PublicVocabSpec.from_config(_get_config(ROOT / "configs" / name, variant))
+    runs = [
+        RunConfig.of(_get_config(ROOT / "configs" / name, variant))
         for name, variant in (
             ("multi30k.py", "eps8"),
             ("multi30k.py", "nonprivate"),
@@ -81,6 +82,7 @@ def test_multi30k_runs_and_the_public_stage_share_one_public_vocabulary():
             ("multi30k_scratch_recipe.py", "eps8"),
         )
     ]
+    specs = [public_vocab.PublicVocabSpec.from_sections(r.tokenizer, r.data.pair) for r in runs]
     assert specs[0] == specs[1] == specs[2] == specs[3]
     assert specs[0].vocab_size == 8000 and "multi30k" not in ",".join(specs[0].corpora)
 
