@@ -136,7 +136,9 @@ def test_a_train_workdir_is_not_a_sweep_folder(tmp_path):
 
 
 def test_unknown_override_names_the_closest_field():
-    problems = config_fields_lib.check_override_flags(["--config.dp.epsilon=1", "--config.seed=2"])
+    known = config_fields_lib.config_fields(config_lib.base_config())
+    flags = ["--config.dp.epsilon=1", "--config.seed=2"]
+    problems = config_fields_lib.check_override_flags(flags, known)
     assert problems == ["--config.dp.epsilon: no field dp.epsilon; did you mean dp.target_epsilon?"]
 
 
