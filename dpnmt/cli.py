@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from dpnmt.config import check_override_flags
+from dpnmt.config import RunConfig, check_override_flags
 from dpnmt.errors import InputError
 
 USAGE_EXIT_CODE = 2
@@ -44,13 +44,13 @@ def _root_cause(error: BaseException) -> BaseException:
 def parse_flags(argv: Sequence[str]) -> list[str]:
     """Parses flags as absl does; a bad `--config.<field>` fails in one line.
 
-    A field the config lacks is named with the closest field (from the base
-    config: `dpnmt.config.check_override_flags`); other errors in one line too.
+    A field the config lacks is named with the closest field (of
+    `RunConfig.fields()`: `dpnmt.config.check_override_flags`); other errors in one line too.
     """
     try:
         return flags.FLAGS(list(argv))
     except Exception as error:  # noqa: BLE001 - any parse failure is the user's input.
-        problems = check_override_flags(argv[1:])
+        problems = check_override_flags(argv[1:], RunConfig.fields())
         if problems:
             fail("\n".join(problems))
         root = _root_cause(error)

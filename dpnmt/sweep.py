@@ -20,7 +20,7 @@ import sys
 from absl import app, flags
 
 from dpnmt import cli
-from dpnmt.config import check_override_flags
+from dpnmt.config import RunConfig, check_override_flags
 from dpnmt.sweeps import grid, runner
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file, without a :variant (the grid sets it).")
@@ -43,7 +43,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     """Parses the sweep's own flags; `--config.<field>=...` kept for the runs."""
     overrides = [a for a in argv[1:] if a.startswith("--config.")]
     rest = [a for a in argv if not a.startswith("--config.")]
-    problems = check_override_flags(overrides)
+    problems = check_override_flags(overrides, RunConfig.fields())
     if problems:
         cli.fail("\n".join(problems))
     return [*cli.parse_flags(rest), *overrides]

@@ -32,11 +32,8 @@ def field_value(config: ml_collections.ConfigDict, field: str) -> Any:
     return value
 
 
-def config_fields(config: ml_collections.ConfigDict | None = None) -> list[str]:
-    """Every leaf field of `config` (default: the base config), dotted."""
-    from dpnmt import config_lib  # noqa: PLC0415 - config_lib imports this package.
-
-    config = config_lib.base_config() if config is None else config
+def config_fields(config: ml_collections.ConfigDict) -> list[str]:
+    """Every leaf field of `config`, dotted."""
     return sorted(flatten(config.to_dict()))
 
 
@@ -53,17 +50,17 @@ def unknown_field_message(field: str, known: Iterable[str]) -> str:
     return f"no field {field}; {hint}"
 
 
-def check_override_flags(argv: Iterable[str], known: Iterable[str] | None = None) -> list[str]:
+def check_override_flags(argv: Iterable[str], known: Iterable[str]) -> list[str]:
     """One line for each `--config.<field>` flag naming a field the config lacks.
 
     Args:
       argv: command-line arguments (`--config.dp.epsilon=1`, `--noconfig.x`, ...).
-      known: the config's fields (default: the base config's).
+      known: the config's fields (`RunConfig.fields()`).
 
     Returns:
       Problems, one line each with the closest field; empty when all are known.
     """
-    known = set(config_fields() if known is None else known)
+    known = set(known)
     problems = []
     for arg in argv:
         match = re.match(r"^--(?:no)?config\.([^=\s]+)", arg)

@@ -106,7 +106,7 @@ def test_every_enum_field_is_a_base_field_with_a_valid_default():
 
 
 def test_vocabulary_fields_are_config_fields():
-    fields = config_fields_lib.config_fields()
+    fields = config_fields_lib.config_fields(config_lib.base_config())
     for prefix in run_dir.VOCABULARY_FIELDS:
         assert any(f == prefix or f.startswith(prefix) for f in fields), prefix
 

@@ -13,31 +13,17 @@ from dpnmt.errors import ConfigError, InputError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.sweeps import runner
 from dpnmt.training import loop, pieces, preflight, run_dir, setup
-
-ROWS = [(f"Satz Nummer {i} hier", f"Sentence number {i} here") for i in range(120)]
-
-
-def _corpus(folder):
-    """A files: corpus of 120 train pairs (validation and test: 8 each)."""
-    os.makedirs(folder, exist_ok=True)
-    for split, rows in (("train", ROWS), ("validation", ROWS[:8]), ("test", ROWS[:8])):
-        with open(os.path.join(folder, f"{split}.tsv"), "w", encoding="utf-8") as f:
-            f.write("de\ten\n" + "".join(f"{a}\t{b}\n" for a, b in rows))
-    return str(folder)
+from tests.small_configs import FILES_ROWS as ROWS
+from tests.small_configs import files_config
+from tests.small_configs import files_corpus as _corpus
 
 
 def _config(tmp_path, variant="eps8"):
-    def customize(c):
-        c.data.corpus = f"files:{_corpus(tmp_path / 'corpus')}"
-        c.data.pair = "de-en"
-        c.tokenizer.vocab_size = 400
-        c.train.expected_lot_size = 16
-        c.train.physical_batch_size = 8
-        c.noise_seed = 1
-        c.testing_only_fixed_noise_seed_NO_PRIVACY = True
-        c.dp.noise_multiplier = 1.0  # Given σ: no calibration (fast).
-
-    return config_lib.make_config(variant, customize)
+    c = files_config(tmp_path / "corpus", variant)
+    c.tokenizer.vocab_size = 400
+    c.noise_seed = 1
+    c.testing_only_fixed_noise_seed_NO_PRIVACY = True
+    return c
 
 
 class _Stop(Exception):
@@ -136,7 +122,9 @@ def test_a_train_workdir_is_not_a_sweep_folder(tmp_path):
 
 
 def test_unknown_override_names_the_closest_field():
-    problems = config_fields_lib.check_override_flags(["--config.dp.epsilon=1", "--config.seed=2"])
+    known = config_fields_lib.config_fields(config_lib.base_config())
+    flags = ["--config.dp.epsilon=1", "--config.seed=2"]
+    problems = config_fields_lib.check_override_flags(flags, known)
     assert problems == ["--config.dp.epsilon: no field dp.epsilon; did you mean dp.target_epsilon?"]
 
 

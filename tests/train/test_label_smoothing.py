@@ -13,21 +13,18 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import config_lib, models, training
+from dpnmt import models, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.training import pieces, setup, steps
 from tests.markers import needs_data
-from tests.small_configs import small_config
+from tests.small_configs import small_config, tiny_model_config
 
 VOCAB, PAD = 40, 0
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    config = config_lib.base_config()
-    config.model.update(
-        d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2
-    )
+    config = tiny_model_config()
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=1)
     model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
     return model, model_config, params

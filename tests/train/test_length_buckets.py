@@ -13,9 +13,10 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import bridge, config_lib, core, privacy, training
+from dpnmt import bridge, config_lib, core, training
 from dpnmt.bridge.dataset import INPUT_IDS, LABELS
 from dpnmt.training import pieces, preflight, run_dir
+from tests.small_configs import small_plan, tiny_model_config
 
 MAX_SOURCE, MAX_TARGET, PAD, EOS, VOCAB = 24, 20, 0, 1, 40
 PHYSICAL_BATCH = 4
@@ -41,25 +42,12 @@ def _pairs(num_examples, seed=0):
 
 @pytest.fixture(scope="module")
 def tiny():
-    config = config_lib.base_config()
-    config.model.update(
-        d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2
-    )
+    config = tiny_model_config()
     config.model.dropout_rate = 0.0  # Dropout off: the same sum whatever the row order.
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
     model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
-    plan = privacy.PrivacyPlan(
-        private=True,
-        sampling="poisson",
-        dataset_size=100,
-        expected_lot_size=12,
-        num_steps=10,
-        steps_per_epoch=8,
-        noise_multiplier=1.0,
-        l2_clip=0.1,  # Below the per-example norms: clipping is active.
-        delta=1e-6,
-        accountant="rdp",
-    )
+    # Clip 0.1, below the per-example norms: clipping is active.
+    plan = small_plan(sigma=1.0, clip=0.1, lot_size=12, steps_per_epoch=8)
     mesh = bridge.make_data_mesh(jax.devices()[:1])
     steps = training.make_lot_step(
         lambda p, example, key: training.example_loss(model, model_config, p, example, key),

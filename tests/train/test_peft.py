@@ -16,11 +16,12 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import bridge, config_lib, core, models, privacy, release, training
+from dpnmt import bridge, config_lib, core, models, release, training
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
 from dpnmt.training import loop, pieces, preflight
 from tests.markers import needs_data
+from tests.small_configs import small_plan, tiny_model_config
 
 
 def _model_problems(**fields):
@@ -70,10 +71,7 @@ VOCAB, PAD, EOS, ROWS, LENGTH = 32, 0, 1, 4, 5
 
 
 def _tiny_lora_config():
-    config = config_lib.base_config()
-    config.model.update(
-        d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2
-    )
+    config = tiny_model_config()
     config.model.update(finetune="lora", lora_rank=2, lora_targets="q,v,wo")
     return config
 
@@ -87,18 +85,7 @@ def test_lot_step_clips_noises_and_optimizes_only_the_adapters():
     assert trainable_paths and all(models.is_adapter(p) for p in trainable_paths)
     assert not any(models.is_adapter("/".join(k)) for k in traverse_util.flatten_dict(frozen))
     sigma, clip, lot = 2.0, 0.5, 8
-    plan = privacy.PrivacyPlan(
-        private=True,
-        sampling="poisson",
-        dataset_size=100,
-        expected_lot_size=lot,
-        num_steps=10,
-        steps_per_epoch=12,
-        noise_multiplier=sigma,
-        l2_clip=clip,
-        delta=1e-6,
-        accountant="rdp",
-    )
+    plan = small_plan(sigma=sigma, clip=clip, lot_size=lot)
     tx = optax.adam(1e-2)
     step = training.make_lot_step(
         lambda p, example, key: training.example_loss(model, model_config, p, example, key),

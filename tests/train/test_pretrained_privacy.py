@@ -19,7 +19,7 @@ from dpnmt.errors import ConfigError
 from dpnmt.models import export
 from dpnmt.training import loop, pieces, setup
 from dpnmt.training.privacy_report import PrivacyReport, privacy_report
-from tests.train.test_errors import _corpus
+from tests.small_configs import files_config, files_corpus
 
 EXPORT_EPSILON, EXPORT_DELTA = 3.0, 2e-9
 
@@ -66,17 +66,11 @@ def _export(model_folder, tmp_path, record):
 
 
 def _config(tmp_path, name_or_path, variant="eps8"):
-    def customize(c):
-        c.data.corpus = f"files:{_corpus(tmp_path / 'corpus')}"
-        c.data.pair = "de-en"
-        c.model.name_or_path = name_or_path
-        c.model.family = "none"
-        c.data.max_source_length = c.data.max_target_length = 16
-        c.train.expected_lot_size = 16
-        c.train.physical_batch_size = 8
-        c.dp.noise_multiplier = 1.0  # Given σ: no calibration (fast).
-
-    return config_lib.make_config(variant, customize)
+    c = files_config(tmp_path / "corpus", variant)
+    c.model.name_or_path = name_or_path
+    c.model.family = "none"
+    c.data.max_source_length = c.data.max_target_length = 16
+    return c
 
 
 class _Stop(Exception):
@@ -359,7 +353,7 @@ def test_an_export_trained_on_a_copy_of_this_run_s_corpus_found_here_is_refused(
     pretrained_privacy = _pretrained_privacy()
     root = tmp_path / "data"
     monkeypatch.setenv("DPNMT_DATA_DIR", str(root))
-    _corpus(root / "corpus")
+    files_corpus(root / "corpus")
     config = _config(tmp_path, None)  # Its corpus: tmp_path/corpus.
     config.data.corpus = "files:corpus"  # Now root/corpus, by name.
     private = _config(tmp_path, None, variant="eps8")

@@ -20,7 +20,7 @@ import pytest
 
 from dpnmt.training import loop, run_dir
 from tests.markers import needs_data
-from tests.small_configs import small_config
+from tests.small_configs import smaller_config
 
 pytestmark = [pytest.mark.slow, needs_data]
 
@@ -37,20 +37,12 @@ class _Lines(logging.Handler):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("secret")
-    c = small_config("eps8")
+    c = smaller_config("eps8")
     c.noise_seed, c.testing_only_fixed_noise_seed_NO_PRIVACY = None, False  # Seed from the OS.
     c.data.max_train_examples = 240
-    c.data.max_source_length = c.data.max_target_length = 16
-    c.data.max_eval_examples = c.data.max_test_examples = 4
-    c.tokenizer.vocab_size = 300
-    c.model.d_model, c.model.d_ff, c.model.d_kv, c.model.num_heads = 32, 64, 8, 2
-    c.dp.target_epsilon, c.dp.noise_multiplier = None, 1.0  # No σ calibration (slow).
     c.train.expected_lot_size = 4
-    c.train.physical_batch_size = 8
-    c.train.eval_every_steps = 0
     c.train.checkpoint_every_steps = 20
     c.train.log_every_steps = 5
-    c.eval.max_new_tokens = 4
     c.train.profile = True  # Its timings depend on the realised lot sizes.
     handler, root = _Lines(), logging.getLogger()
     level = root.level

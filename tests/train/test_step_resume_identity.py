@@ -21,10 +21,11 @@ import optax
 import pytest
 from flax import linen as nn
 
-from dpnmt import bridge, core, models, privacy, training
+from dpnmt import bridge, core, models, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.bridge.microbatch import EXAMPLE_INDEX, MASK
 from dpnmt.bridge.sharding import batch_sharding, replicated_sharding
+from tests.small_configs import small_plan
 
 SOURCE_LENGTH, TARGET_LENGTH, ROWS, VOCAB = 6, 5, 4, 32
 # Lots as micro-batch masks: two micro-batches, an empty lot, one padded micro-batch.
@@ -157,18 +158,7 @@ def tiny():
 
 
 def _plan(private):
-    return privacy.PrivacyPlan(
-        private=private,
-        sampling="poisson",
-        dataset_size=100,
-        expected_lot_size=6,
-        num_steps=10,
-        steps_per_epoch=16,
-        noise_multiplier=1.5 if private else 0.0,
-        l2_clip=0.3,
-        delta=1e-6,
-        accountant="rdp",
-    )
+    return small_plan(private=private, sigma=1.5, clip=0.3, lot_size=6, steps_per_epoch=16)
 
 
 def _trainer_lots(tiny, step_fns, trainable, opt_state, start):

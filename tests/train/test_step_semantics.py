@@ -13,44 +13,22 @@ import numpy as np
 import optax
 import pytest
 
-from dpnmt import bridge, config_lib, core, privacy, training
+from dpnmt import bridge, core, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
 from dpnmt.training import pieces
+from tests.small_configs import small_plan, tiny_model_config
 
 SOURCE_LENGTH, TARGET_LENGTH, ROWS = 6, 5, 4
 PAD, EOS, VOCAB = 0, 1, 32
 
 
-def _plan(private=True, sigma=2.0, clip=0.5, lot_size=8):
-    return privacy.PrivacyPlan(
-        private=private,
-        sampling="poisson",
-        dataset_size=100,
-        expected_lot_size=lot_size,
-        num_steps=10,
-        steps_per_epoch=12,
-        noise_multiplier=sigma if private else 0.0,
-        l2_clip=clip,
-        delta=1e-6,
-        accountant="rdp",
-    )
-
-
 @pytest.fixture(scope="module")
 def tiny():
-    config = config_lib.base_config()
-    config.model.update(
-        d_model=16,
-        d_kv=8,
-        d_ff=32,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        dropout_rate=0.0,
-    )
+    config = tiny_model_config()
+    config.model.dropout_rate = 0.0
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
     model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
-    plan = _plan()
+    plan = small_plan()
     tx = optax.sgd(1.0)
     steps = training.make_lot_step(
         lambda p, example, key: training.example_loss(model, model_config, p, example, key),
