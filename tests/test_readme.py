@@ -48,3 +48,19 @@ def test_committed_results_hold_no_local_path():
     for path in texts:
         match = absolute.search(path.read_text(errors="replace"))
         assert not match, f"{path} holds a local path near {match.group(0)!r}"
+
+
+def test_readme_runs_tables_are_the_committed_runs_results():
+    # Each `<!-- runs table: FOLDER,FOLDER -->` marker is followed by the table
+    # that `dpnmt.report --runs=FOLDER,FOLDER` makes from those runs' results.json.
+    from dpnmt.sweeps import runs_table
+
+    text = README.read_text()
+    markers = re.findall(r"<!-- runs table: (\S+) -->\n((?:\|.*\n)+)", text)
+    assert markers, "the README's measured runs tables lost their markers"
+    for folders, table in markers:
+        paths = [str(README.parent / f) for f in folders.split(",")]
+        runs, not_finished = runs_table.load_runs(paths)
+        assert runs and not not_finished, folders
+        expected = runs_table.to_markdown([runs_table.row(r) for r in runs], []).split("\n\n")[0]
+        assert table.strip() == expected.strip(), folders

@@ -161,3 +161,12 @@ def test_app_needs_exactly_one_source_and_an_out_folder(tmp_path):
             with pytest.raises(ConfigError, match=message):
                 report_app.main(["report"])
     assert not any(tmp_path.iterdir())
+
+
+def test_noise_to_signal_says_when_no_run_is_private(tmp_path):
+    folder = _copy(RESULTS / "m30k_nonprivate_ref", tmp_path)
+    markdown = report.write_runs_report([str(folder)], str(tmp_path / "out"), samples=1)
+    section = markdown.split("## Noise to signal (private runs)")[1].split("##")[0]
+    assert section.strip() == "No private run among these runs."
+    private = report.write_runs_report([str(_copy(PRIVATE[0], tmp_path))], str(tmp_path / "o2"))
+    assert "No private run" not in private

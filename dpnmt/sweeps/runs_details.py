@@ -44,6 +44,8 @@ def noise_to_signal(runs: list[runs_table.PublishedRun]) -> str:
                 f"clipped-mean norm is not published (no {NOISE_TO_SIGNAL}: run `python -m "
                 "dpnmt.noise_to_signal` on the run), so no ratio."
             )
+    if len(lines) == 2:
+        lines.append("No private run among these runs.")
     return "\n".join(lines) + "\n"
 
 
