@@ -20,7 +20,8 @@ from dpnmt.training import loop, metrics
 from tests.markers import needs_data
 from tests.small_configs import small_config
 
-pytestmark = [pytest.mark.slow, needs_data]
+# The runs share compiled programs (`shared_compilation_cache`: CI time).
+pytestmark = [pytest.mark.slow, needs_data, pytest.mark.usefixtures("shared_compilation_cache")]
 
 
 def claimed(privacy_report):
