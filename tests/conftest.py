@@ -21,7 +21,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # `python -m dpnmt.train` children: no compilation cache in the user's home
-# (dpnmt.training.compilation_cache); a sweep's own jax_cache still applies.
+# (dpnmt.training.compilation_cache); tests/train/test_sweep.py lifts it for its
+# sweeps, whose runs then share the sweep's own jax_cache.
 os.environ.setdefault("DPNMT_COMPILATION_CACHE", "off")
 # Public vocabularies (dpnmt.data.public_vocab) built by tests go to a temporary
 # folder, not the user's ~/.cache; removed when the session ends.
@@ -40,3 +41,41 @@ hypothesis.settings.register_profile(
     "dpnmt", max_examples=25, deadline=None, derandomize=True, print_blob=True
 )
 hypothesis.settings.load_profile("dpnmt")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def _compilation_cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax_compilation_cache")
+
+
+@pytest.fixture(scope="module")
+def shared_compilation_cache(_compilation_cache_dir):
+    """JAX's persistent compilation cache, one folder for the session, on for one module.
+
+    Request it from the module's first fixture (or `pytestmark` usefixtures) so
+    that module fixtures' runs use it too.
+
+    In-process runs rebuild their jitted functions, so each would compile its
+    programs again; with the cache, a program of the same shapes, constants and
+    flags that an earlier test compiled is loaded instead (CI time). A loaded
+    program is the one compiled: results do not change. Tracing and lowering
+    still happen (`train.profile` counts them as compile time).
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    settings = {
+        "jax_compilation_cache_dir": str(_compilation_cache_dir),
+        "jax_persistent_cache_min_compile_time_secs": 0.2,
+    }
+    before = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()  # JAX decides once whether the cache is on; ask again.
+    yield
+    for name, value in before.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()

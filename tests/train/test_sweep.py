@@ -3,7 +3,9 @@
 One module fixture runs the grid as a user would, in two sweeps: the first
 stops after 3 runs (`--max_runs`), the 4th run is then interrupted after 2 of
 its 4 steps, and the second sweep finishes the grid. Every test reads that
-workdir (or a copy of it), so the 8 runs are trained once.
+workdir (or a copy of it), so the 8 runs are trained once. The runs share the
+sweep's compilation cache (its default; the tests' `DPNMT_COMPILATION_CACHE=off`
+is lifted here), so only the first run of each program compiles.
 """
 
 import csv
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 
 from dpnmt.sweeps import grid, report, summary
+from dpnmt.training import compilation_cache
 from tests.markers import needs_data
 
 pytestmark = [pytest.mark.slow, needs_data]
@@ -57,7 +60,10 @@ SPECS = grid.expand(PRIVACY, SAMPLING, SEEDS)
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    """The user's environment: no `DPNMT_COMPILATION_CACHE=off`, so the sweep's cache applies."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(compilation_cache.ENV_VAR, None)
+    return env
 
 
 def run_sweep(workdir, *extra):
@@ -83,7 +89,8 @@ def micro_grid(tmp_path_factory):
     interrupted = SPECS[3]
     command = [sys.executable, "-m", "dpnmt.train", "--stop_after_steps=2"]
     command += grid.train_flags(CONFIG, interrupted, str(workdir / interrupted.name), OVERRIDES)
-    cut = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    env = {**_env(), "JAX_COMPILATION_CACHE_DIR": str(workdir / grid.JAX_CACHE)}  # As the sweep's.
+    cut = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert cut.returncode == 0, cut.stderr[-3000:]
     second = run_sweep(workdir)
     return workdir, first, after_first, mtimes, second
