@@ -17,8 +17,6 @@ import logging
 import math
 from typing import Any
 
-import ml_collections
-
 from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.training.privacy_report import PretrainedClaim
@@ -131,13 +129,13 @@ def _adjacency(record: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, str | None]:
+def _decide(config: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     """(the claim, the one-line problem a private run is refused with, or None).
 
     With a problem, the claim composes ε = ∞ (what the run could claim).
     """
     name = config.model.name_or_path
-    declared = bool(config.model.get("pretrained_data_disjoint", False))
+    declared = bool(config.model.pretrained_data_disjoint)
     if name is None:
         if declared:
             return None, (
@@ -168,7 +166,7 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
         from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
         where = _declared_where(name)
-        overlap = corpus_record.same_corpus_problems(settings, RunConfig.of(config).data, where)
+        overlap = corpus_record.same_corpus_problems(settings, config.data, where)
         if overlap:
             return claim(True, epsilon, delta, _OVERLAPPING), overlap[0]
     if declared:
@@ -209,7 +207,7 @@ def _declared_where(name: str) -> str:
     )
 
 
-def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
+def declared_text_problems(config: RunConfig, corpus) -> list[str]:
     """A disjoint declaration refused from the corpus text (`corpus_record.same_text_problems`).
 
     Only a private run declaring its starting dpnmt export disjoint, whose
@@ -224,7 +222,7 @@ def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[st
     name = config.model.name_or_path
     if name is None or not config.dp.enabled:
         return []
-    if not config.model.get("pretrained_data_disjoint", False):
+    if not config.model.pretrained_data_disjoint:
         return []
     try:
         is_export, settings = read_export_settings(name)
@@ -234,8 +232,7 @@ def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[st
         return []
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
-    run = RunConfig.of(config)
-    return corpus_record.same_text_problems(settings, run.data, corpus, _declared_where(name))
+    return corpus_record.same_text_problems(settings, config.data, corpus, _declared_where(name))
 
 
 def _unreadable(
@@ -265,15 +262,13 @@ def _unreadable(
     return PretrainedClaim(False, True, False, math.inf, None, note), problem
 
 
-def pretrained_problems(config: ml_collections.ConfigDict) -> list[str]:
+def pretrained_problems(config: RunConfig) -> list[str]:
     """The problem of the starting model's privacy record, as a list of at most one line."""
     problem = _decide(config)[1]
     return [problem] if problem else []
 
 
-def pretrained_claim(
-    config: ml_collections.ConfigDict, *, refuse: bool = True
-) -> PretrainedClaim | None:
+def pretrained_claim(config: RunConfig, *, refuse: bool = True) -> PretrainedClaim | None:
     """What the starting model adds to the run's ε (None: trained from scratch).
 
     Args:
@@ -290,9 +285,7 @@ def pretrained_claim(
     return claim
 
 
-def claim_at_start(
-    config: ml_collections.ConfigDict, run_dir: RunDir, *, resuming: bool
-) -> PretrainedClaim | None:
+def claim_at_start(config: RunConfig, run_dir: RunDir, *, resuming: bool) -> PretrainedClaim | None:
     """The claim a session trains under: the one recorded when the run started, when resuming.
 
     A fresh run (no checkpoint) reads the starting model's record now
@@ -309,7 +302,7 @@ def claim_at_start(
     return pretrained_claim(config)
 
 
-def recorded_claim(config: ml_collections.ConfigDict, workdir: str) -> PretrainedClaim | None:
+def recorded_claim(config: RunConfig, workdir: str) -> PretrainedClaim | None:
     """The claim a trained run recorded when it started (decode, a checkpoint-only export).
 
     Never the base model's record read again: replaced since, it would change
@@ -326,7 +319,7 @@ def recorded_claim(config: ml_collections.ConfigDict, workdir: str) -> Pretraine
     return pretrained_claim(config, refuse=False)
 
 
-def _warn_unrecorded(workdir: str, config: ml_collections.ConfigDict) -> None:
+def _warn_unrecorded(workdir: str, config: RunConfig) -> None:
     logging.warning(
         "%s has no %s (a run from before dpnmt recorded the starting model's privacy claim): "
         "reading model.name_or_path=%r's %s now. If that model changed since the run started, "

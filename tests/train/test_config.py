@@ -8,6 +8,7 @@ import re
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.config import sections as config_sections
 from dpnmt.training import preflight, run_dir
@@ -83,7 +84,9 @@ def test_every_config_file_passes_validation(name, variant, monkeypatch):
 
     # The hub is offline in tests: answer as it does for google/mt5-small (no dpnmt.json).
     monkeypatch.setattr(pretrained, "find_file", lambda name_or_path, filename: None)
-    problems = preflight.config_problems(_load(name).get_config(variant), device_count=8)
+    problems = preflight.config_problems(
+        RunConfig.of(_load(name).get_config(variant)), device_count=8
+    )
     if name == "files":  # Its corpus folder is a placeholder the user sets.
         assert len(problems) == 1 and problems[0].startswith("data.corpus='files:data'")
     else:
@@ -121,14 +124,16 @@ def test_a_field_newer_than_the_workdir_binds_only_off_its_default(tmp_path):
     del published["model"]["finetune"]  # As written before the field existed.
     (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     (tmp_path / run_dir.CHECKPOINT_DIR / "1").mkdir(parents=True)
-    assert run_dir.binding_changes(str(tmp_path), config) == []
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == []
     config.model.finetune = "bias"
-    assert run_dir.binding_changes(str(tmp_path), config) == ["model.finetune"]
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == ["model.finetune"]
     del published["train"]["learning_rate"]  # A field the workdir has and the code lost...
     published["train"]["no_longer_a_field"] = 1  # ...or one the code no longer knows.
     (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     config.model.finetune = "all"
-    assert run_dir.binding_changes(str(tmp_path), config) == ["train.no_longer_a_field"]
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == [
+        "train.no_longer_a_field"
+    ]
 
 
 def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
@@ -136,13 +141,13 @@ def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
     config = config_lib.base_config()
     assert config.dp.noise_mode == "float"
     config.dp.noise_mode = "secure_mode"
-    problems = preflight.config_problems(config, device_count=8)
+    problems = preflight.config_problems(RunConfig.of(config), device_count=8)
     assert any(p.startswith("dp.noise_mode='secure_mode' is unknown") for p in problems)
     config.dp.noise_mode = "float"
     published = json.loads(config.to_json_best_effort())
     del published["dp"]["noise_mode"]  # As written before the field existed.
     (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     (tmp_path / run_dir.CHECKPOINT_DIR / "1").mkdir(parents=True)
-    assert run_dir.binding_changes(str(tmp_path), config) == []
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == []
     config.dp.noise_mode = "secure"  # Resuming it with other noise would change the run.
-    assert run_dir.binding_changes(str(tmp_path), config) == ["dp.noise_mode"]
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == ["dp.noise_mode"]

@@ -15,6 +15,7 @@ import pytest
 
 from dpnmt import bridge, config_lib, core, privacy, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
+from dpnmt.config import RunConfig
 from dpnmt.training import pieces
 
 SOURCE_LENGTH, TARGET_LENGTH, ROWS = 6, 5, 4
@@ -49,7 +50,9 @@ def tiny():
         dropout_rate=0.0,
     )
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
-    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
+    model, model_config, params = pieces.build_model(
+        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    )
     plan = _plan()
     tx = optax.sgd(1.0)
     steps = training.make_lot_step(
