@@ -54,12 +54,11 @@ def main(argv):
     """Resolves the spec from --config and the flags, then builds and prints it."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    config = _CONFIG.value  # Still a ConfigDict for public_checks and pieces.
-    run = RunConfig.of(config) if config is not None else None
-    if config is not None:
+    run = RunConfig.of(_CONFIG.value) if _CONFIG.value is not None else None
+    if run is not None:
         raise_problems(
-            public_checks.public_corpora_problems(config)
-            + public_checks.measure_split_problems(config, _MEASURE.value, _MEASURE_SPLIT.value)
+            public_checks.public_corpora_problems(run)
+            + public_checks.measure_split_problems(run, _MEASURE.value, _MEASURE_SPLIT.value)
         )
     corpora = _CORPORA.value or (run.tokenizer.public_corpora if run else "")
     if not corpora:
@@ -78,15 +77,15 @@ def main(argv):
         measured = public_vocab.load_measured(
             _MEASURE.value,
             f"{spec.languages[0]}-{spec.languages[1]}",
-            **public_checks.measure_options(config, _MEASURE.value),
+            **public_checks.measure_options(run, _MEASURE.value),
         )
         if run is not None and run.dp.enabled:
             from dpnmt.training import pieces  # Only here: it imports the model code.
 
-            private = pieces.load_corpus(config)
+            private = pieces.load_corpus(run.data)
             raise_problems(
                 public_checks.measured_content_problems(
-                    config, _MEASURE.value, _MEASURE_SPLIT.value, measured, private
+                    run, _MEASURE.value, _MEASURE_SPLIT.value, measured, private
                 )
             )
     summary = public_vocab.build_and_measure(

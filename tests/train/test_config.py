@@ -1,5 +1,6 @@
 """Config files and `:variant` strings resolve to the documented values."""
 
+import copy
 import inspect
 import json
 import pathlib
@@ -11,6 +12,7 @@ from dpnmt import config_lib
 from dpnmt.config import RunConfig
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.config import sections as config_sections
+from dpnmt.errors import ConfigError
 from dpnmt.training import preflight, run_dir
 from tests.small_configs import config_module
 
@@ -151,3 +153,32 @@ def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
     assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == []
     config.dp.noise_mode = "secure"  # Resuming it with other noise would change the run.
     assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == ["dp.noise_mode"]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.py")))
+def test_config_json_from_the_run_config_is_the_config_dicts(name):
+    """config.json is written from the RunConfig (issue 28): the same content the ConfigDict
+    wrote (`to_json_best_effort`, noise seed removed), so published runs and their binding
+    stay as they were."""
+    config = _load(name).get_config("eps5,shuffle")
+    config.noise_seed = 12345
+    before = copy.deepcopy(config)
+    with before.unlocked():
+        before.noise_seed = None
+    assert config_lib.published_config(RunConfig.of(config)) == json.loads(
+        before.to_json_best_effort()
+    )
+
+
+def test_read_config_refuses_every_unknown_field_with_the_closest():
+    """A config file's typo (ConfigDicts take new fields) is named at the edge, not ignored."""
+    config = config_lib.base_config()
+    config.dp.epsilon = 3.0
+    config.train.lerning_rate = 1.0
+    with pytest.raises(ConfigError) as error:
+        preflight.read_config(config)
+    lines = str(error.value).splitlines()
+    assert len(lines) == 2
+    assert "no field dp.epsilon; did you mean dp.target_epsilon?" in lines[0]
+    assert "train.learning_rate" in lines[1]
+    assert preflight.read_config(config_lib.base_config()) == RunConfig()
