@@ -160,7 +160,10 @@ def test_config_json_from_the_run_config_is_the_config_dicts(name):
     """config.json is written from the RunConfig (issue 28): the same content the ConfigDict
     wrote (`to_json_best_effort`, noise seed removed), so published runs and their binding
     stay as they were."""
-    config = _load(name).get_config("eps5,shuffle")
+    try:
+        config = _load(name).get_config("eps5,shuffle")
+    except ValueError:  # A public stage: non-private only.
+        config = _load(name).get_config("nonprivate")
     config.noise_seed = 12345
     before = copy.deepcopy(config)
     with before.unlocked():
@@ -177,8 +180,7 @@ def test_read_config_refuses_every_unknown_field_with_the_closest():
     config.train.lerning_rate = 1.0
     with pytest.raises(ConfigError) as error:
         preflight.read_config(config)
-    lines = str(error.value).splitlines()
-    assert len(lines) == 2
-    assert "no field dp.epsilon; did you mean dp.target_epsilon?" in lines[0]
-    assert "train.learning_rate" in lines[1]
+    text = str(error.value)
+    assert "no field dp.epsilon; did you mean dp.target_epsilon?" in text
+    assert "no field train.lerning_rate; did you mean train.learning_rate?" in text
     assert preflight.read_config(config_lib.base_config()) == RunConfig()
