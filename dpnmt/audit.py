@@ -59,8 +59,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     cli.setup_logging()
+    config = preflight.read_config(_CONFIG.value, _WORKDIR.value)  # The one ConfigDict read.
     # Before the audit writes its canaries: the trainer checks the rest.
-    preflight.check_static(_CONFIG.value, _WORKDIR.value)
+    preflight.check_static(config, _WORKDIR.value)
     options = auditing.AuditOptions(
         num_canaries=_NUM_CANARIES.value,
         repeats=_REPEATS.value,
@@ -71,7 +72,7 @@ def main(argv):
         source_template=_SOURCE_TEMPLATE.value,
         target_template=_TARGET_TEMPLATE.value,
     )
-    auditing.run_audit(_CONFIG.value, _WORKDIR.value, options)
+    auditing.run_audit(config, _WORKDIR.value, options)
 
 
 if __name__ == "__main__":

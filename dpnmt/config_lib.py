@@ -9,7 +9,8 @@ target ε, sampling variants the lot sampling. Unknown variants fail, listing th
 valid ones.
 """
 
-import copy
+import dataclasses
+import json
 from collections.abc import Callable
 
 import ml_collections
@@ -211,20 +212,20 @@ def eval_every_steps(config: ml_collections.ConfigDict, num_steps: int) -> int:
 FIXED_SEED_NOTE = "fixed seed: no guarantee"
 
 
-def check_noise_seed(config: ml_collections.ConfigDict) -> None:
+def check_noise_seed(run: RunConfig) -> None:
     """Refuses a fixed `noise_seed` in a private run unless the test-only switch is on.
 
     Raises:
       ConfigError: one line naming `noise_seed` and the fix (the seed's value is
         not repeated: logs may be published).
     """
-    fixed = config.noise_seed is not None
-    if config.get(FIXED_SEED_SWITCH) and not fixed:
+    fixed, switch = run.noise_seed is not None, run.testing_only_fixed_noise_seed_NO_PRIVACY
+    if switch and not fixed:
         raise ConfigError(
             f"config.{FIXED_SEED_SWITCH}=True needs config.noise_seed; drop the switch for a "
             "run with a secret seed."
         )
-    if fixed and config.dp.enabled and not config.get(FIXED_SEED_SWITCH):
+    if fixed and run.dp.enabled and not switch:
         raise ConfigError(
             "config.noise_seed is set for a private run: anyone holding it rebuilds every noise "
             "draw, lot and the vocabulary noise (true ε = ∞). Drop --config.noise_seed (a "
@@ -238,12 +239,24 @@ def fixed_noise_seed(config: ml_collections.ConfigDict) -> bool:
     return config.noise_seed is not None
 
 
-def published_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """`config` as written to the published config.json: the noise seed removed."""
-    published = copy.deepcopy(config)
-    with published.unlocked():
-        published.noise_seed = None
-    return published
+def config_json(run: RunConfig) -> dict:
+    """`run` as JSON values (tuples as lists), as config.json holds it.
+
+    A value JSON lacks is written as ml_collections' `to_json_best_effort` wrote
+    it (config.json's format before `RunConfig`): a set sorted, else its text.
+    """
+
+    def best_effort(value):
+        if isinstance(value, set):
+            return sorted(value)
+        return f"unserializable object: {value}"
+
+    return json.loads(json.dumps(run.to_dict(), default=best_effort))
+
+
+def published_config(run: RunConfig) -> dict:
+    """`run` as written to the published config.json: JSON values, the noise seed removed."""
+    return config_json(dataclasses.replace(run, noise_seed=None))
 
 
 def small_t5_from_scratch(model: ml_collections.ConfigDict) -> None:

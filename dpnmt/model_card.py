@@ -15,9 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import ml_collections
-
-from dpnmt import config_lib
+from dpnmt.config import ModelConfig, RunConfig
 from dpnmt.public_names import public_corpus, public_name
 
 # Privacy-report keys this card explains; any others are printed after them.
@@ -128,44 +126,40 @@ def _scores_section(results: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def _finetuning(model: Mapping[str, Any]) -> str:
+def _finetuning(model: ModelConfig) -> str:
     """Which parameters DP-SGD trained (`model.finetune`, `model.trainable`), as exported."""
-    mode = model.get("finetune", "all")
-    rank = model.get("lora_rank") or 0
-    alpha = model.get("lora_alpha")
+    mode = model.finetune
+    rank = model.lora_rank or 0
+    alpha = model.lora_alpha
     adapters = (
         f"LoRA adapters (rank {rank}, alpha {alpha if alpha is not None else rank}, "
-        f"on {model.get('lora_targets')}), merged into the exported weights (W + (alpha/r)·A·B)"
+        f"on {model.lora_targets}), merged into the exported weights (W + (alpha/r)·A·B)"
     )
     if mode == "lora":
         return f"{adapters} only; the base weights were frozen"
     if mode == "bias":
         return "bias terms only; every other weight frozen at the base model's"
     trained = (
-        f"the parameters whose path matches `{model['trainable']}`; the others frozen "
+        f"the parameters whose path matches `{model.trainable}`; the others frozen "
         "at the base model's"
-        if model.get("trainable")
+        if model.trainable
         else "all parameters"
     )
     return f"{trained}, and {adapters}" if rank else trained
 
 
-def _vocabulary_kind(config: Mapping[str, Any], privacy: Mapping[str, Any]) -> str:
+def _vocabulary_kind(run: RunConfig, privacy: Mapping[str, Any]) -> str:
     """The vocabulary kind used: the report's, else `tokenizer.kind` with "auto" resolved."""
     kind = (privacy.get("vocabulary") or {}).get("kind")
     if kind:
         return kind
-    kind = config.get("tokenizer", {}).get("kind", "?")
-    if kind != "auto":
-        return kind
-    name = config.get("model", {}).get("name_or_path")
-    return config_lib.tokenizer_kind(
-        ml_collections.ConfigDict({"tokenizer": {"kind": kind}, "model": {"name_or_path": name}})
-    )
+    if run.tokenizer.kind != "auto":
+        return run.tokenizer.kind
+    return run.tokenizer_kind  # "auto" resolved: never refused.
 
 
 def render(
-    config: Mapping[str, Any],
+    run: RunConfig,
     privacy: Mapping[str, Any],
     results: Mapping[str, Any] | None,
     *,
@@ -174,7 +168,7 @@ def render(
     """The model card's Markdown.
 
     Args:
-        config: The run's resolved config (`config.json`), as a dict.
+        run: The run's resolved config (`config.json`: `decode.load_run_config`).
         privacy: The privacy report (`results.json["privacy"]`, or
             `PrivacyReport.to_json()` of the checkpoint for an unfinished run).
         results: The run's `results.json`, or None before it is finished.
@@ -183,10 +177,10 @@ def render(
     Returns:
         README.md text.
     """
-    data, model = config.get("data", {}), config.get("model", {})
-    pair = data.get("pair", "?")
+    data, model = run.data, run.model
+    pair = data.pair
     # Names, not local paths (`dpnmt.public_names`).
-    base = model.get("name_or_path")
+    base = model.name_or_path
     base = public_name(base) if base else "none (trained from scratch)"
     epsilon = privacy.get("total_epsilon")
     title = f"# dpnmt translation model ({pair})"
@@ -205,14 +199,13 @@ def render(
         "",
         "## Data",
         "",
-        f"- corpus: {public_corpus(data.get('corpus', '?'))}, direction {pair}",
-        f"- max source / target tokens: {data.get('max_source_length')} / "
-        f"{data.get('max_target_length')}",
-        f"- vocabulary: {_vocabulary_kind(config, privacy)}",
+        f"- corpus: {public_corpus(data.corpus)}, direction {pair}",
+        f"- max source / target tokens: {data.max_source_length} / {data.max_target_length}",
+        f"- vocabulary: {_vocabulary_kind(run, privacy)}",
         f"- trained parameters: {_finetuning(model)}",
     ]
-    if data.get("max_train_examples") is not None:
-        lines.append(f"- first {data['max_train_examples']} training pairs kept")
+    if data.max_train_examples is not None:
+        lines.append(f"- first {data.max_train_examples} training pairs kept")
     lines += [""] + _scores_section(results)
     lines += [
         "",

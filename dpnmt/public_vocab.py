@@ -82,7 +82,7 @@ def main(argv):
         if run is not None and run.dp.enabled:
             from dpnmt.training import pieces  # Only here: it imports the model code.
 
-            private = pieces.load_corpus(run)
+            private = pieces.load_corpus(run.data)
             raise_problems(
                 public_checks.measured_content_problems(
                     run, _MEASURE.value, _MEASURE_SPLIT.value, measured, private

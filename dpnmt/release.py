@@ -149,22 +149,20 @@ def export_run(workdir: str, out_dir: str) -> str:
     require_trained_run(workdir)
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"--out={out_dir} is not empty; give a new or empty folder.")
-    run, config = decode_lib.with_pieces_config(decode_lib.load_run_config(workdir))
-    tokenizer, vocabulary = pieces.build_tokenizer(
-        config, None, workdir, noise_seed=None, learn=False
-    )
+    run = decode_lib.load_run_config(workdir)
+    tokenizer, vocabulary = pieces.build_tokenizer(run, None, workdir, noise_seed=None, learn=False)
     _, _, model_config, params, plan, steps_done = decode_lib.load_trained(run, workdir)
     results = _read_results(workdir)
     if results is not None and results.get("finished") and "privacy" in results:
         privacy = results["privacy"]
     else:  # Checkpoint only: the report for the steps it holds.
-        carved = pieces.validation_is_carved_from_train(pieces.load_corpus(config))
+        carved = pieces.validation_is_carved_from_train(pieces.load_corpus(run.data))
         privacy = privacy_report(
             plan,
             steps_done,
             vocabulary,
             validation_is_private=carved,
-            pretrained=pretrained_privacy.recorded_claim(config, workdir),
+            pretrained=pretrained_privacy.recorded_claim(run, workdir),
         ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
@@ -176,7 +174,7 @@ def export_run(workdir: str, out_dir: str) -> str:
         corpus_record.KEY: corpus_record.training_corpora(run),
     }
     write_json(os.path.join(out_dir, SETTINGS_FILE), settings)
-    card = model_card.render(run.to_dict(), privacy, results, steps_done=steps_done)
+    card = model_card.render(run, privacy, results, steps_done=steps_done)
     with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:
         f.write(card)
     return card

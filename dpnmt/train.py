@@ -23,7 +23,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from dpnmt import cli, distributed
-from dpnmt.training import compilation_cache, loop
+from dpnmt.training import compilation_cache, loop, preflight
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -55,8 +55,10 @@ def main(argv):
     """Runs `loop.train_and_evaluate` with the flags' config and workdir."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    # The one ConfigDict read: typed sections below.
+    run = preflight.read_config(_CONFIG.value, _WORKDIR.value)
     # Before anything compiles: a repeated or resumed run loads its programs.
-    compilation_cache.enable(_CONFIG.value.train.compilation_cache)
+    compilation_cache.enable(run.train.compilation_cache)
     launch = distributed.resolve_launch(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     distributed.initialize(
         launch,
@@ -65,7 +67,7 @@ def main(argv):
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
-    loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
+    loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def test_resolve_config_is_the_trainers_config_for_the_cell():
 def test_is_finished_needs_finished_results_and_the_same_config(tmp_path):
     config = grid.resolve_config("configs/tiny.py", grid.RunSpec("eps1", "poisson", 0), [])
     assert not grid.is_finished(str(tmp_path), config)
-    (tmp_path / "config.json").write_text(config.to_json_best_effort())
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
     (tmp_path / "results.json").write_text(json.dumps({"finished": False}))
     assert not grid.is_finished(str(tmp_path), config)
     (tmp_path / "results.json").write_text(json.dumps({"finished": True}))

@@ -3,13 +3,14 @@
 import pytest
 
 from dpnmt import model_card
+from dpnmt.config import RunConfig
 
 PRIVACY = {"private": True, "total_epsilon": 8.0, "total_delta": 1e-8, "bound": "Poisson"}
 
 
 def _card(**model):
     config = {"data": {"pair": "de-en"}, "model": {"name_or_path": "base", **model}}
-    return model_card.render(config, PRIVACY, None, steps_done=3)
+    return model_card.render(RunConfig.of(config), PRIVACY, None, steps_done=3)
 
 
 @pytest.mark.parametrize(
@@ -57,20 +58,20 @@ def test_card_names_corpus_and_base_model_without_paths_and_resolves_the_vocabul
         "model": {"name_or_path": str(base)},
         "tokenizer": {"kind": "auto"},
     }
-    card = model_card.render(config, PRIVACY, None, steps_done=3)
+    card = model_card.render(RunConfig.of(config), PRIVACY, None, steps_done=3)
     assert str(tmp_path) not in card
     assert "- corpus: files:mydata, direction de-en" in card
     assert "Base model: mt5-small." in card
     assert "- vocabulary: pretrained" in card
     scratch = {**config, "model": {"name_or_path": None}}
-    card = model_card.render(scratch, PRIVACY, None, steps_done=3)
+    card = model_card.render(RunConfig.of(scratch), PRIVACY, None, steps_done=3)
     assert "- vocabulary: dp_sentencepiece" in card
     reported = {**PRIVACY, "vocabulary": {"kind": "sentencepiece_public"}}
-    card = model_card.render({**config, "model": {}}, reported, None, steps_done=3)
+    card = model_card.render(RunConfig.of({**config, "model": {}}), reported, None, steps_done=3)
     assert "- vocabulary: sentencepiece_public" in card
     hub = {**config, "data": {"pair": "de-en", "corpus": "wmt16"}}
     hub["model"] = {"name_or_path": "google/mt5-small"}
-    card = model_card.render(hub, PRIVACY, None, steps_done=3)
+    card = model_card.render(RunConfig.of(hub), PRIVACY, None, steps_done=3)
     assert "- corpus: wmt16," in card and "Base model: google/mt5-small." in card
 
 
@@ -88,6 +89,6 @@ def test_card_names_each_corpus_of_a_list_and_detok_corpora_without_paths(corpus
     """`public_corpus` split "kind:arg" once: `detok:files:/home/me/x` kept its absolute
     path, and `files:/a,files:/b` became `files:b` (one corpus vanished from the card)."""
     config = {"data": {"pair": "de-en", "corpus": corpus}, "model": {}}
-    card = model_card.render(config, PRIVACY, None, steps_done=3)
+    card = model_card.render(RunConfig.of(config), PRIVACY, None, steps_done=3)
     assert f"- corpus: {expected}, direction de-en" in card
     assert "/home/me" not in card and "~" not in card

@@ -17,6 +17,7 @@ import torch
 import transformers
 
 from dpnmt import release
+from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.training import loop, pieces
 from tests.markers import needs_data
@@ -43,7 +44,7 @@ def run(tmp_path_factory):
     # (a random tied T5 v1.0 repeats its decoder-start token, pad, which decodes to "").
     config.model.feed_forward_proj = "gated-gelu"
     config.train.learning_rate = 1e-7
-    loop.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     out = tmp_path_factory.mktemp("export") / "model"
     card = release.export_run(str(workdir), str(out))
     return workdir, out, card
@@ -91,7 +92,10 @@ def test_export_writes_a_transformers_folder_and_a_model_card(run):
     ours = tokenizers.SentencePieceTokenizer.load(str(workdir / "tokenizer.model"))
     theirs = transformers.AutoTokenizer.from_pretrained(str(out))
     texts = [line for line in SOURCES if line.strip()] + [
-        r["de"] for r in pieces.load_corpus(small_config("eps8"))["test"]["translation"][:300]
+        r["de"]
+        for r in pieces.load_corpus(RunConfig.of(small_config("eps8")).data)["test"]["translation"][
+            :300
+        ]
     ]
     assert ours.encode(texts) == theirs(texts)["input_ids"]
 
@@ -178,7 +182,9 @@ def test_a_checkpoint_only_export_says_when_validation_is_private(run, tmp_path)
     shutil.copytree(workdir, copy)
     (copy / "results.json").unlink()  # As if interrupted after its checkpoint.
     card = release.export_run(str(copy), str(tmp_path / "model"))
-    assert pieces.validation_is_carved_from_train(pieces.load_corpus(small_config("eps8")))
+    assert pieces.validation_is_carved_from_train(
+        pieces.load_corpus(RunConfig.of(small_config("eps8")).data)
+    )
     line = next(x for x in card.splitlines() if "validation carved from the private" in x)
     assert "True" in line, line
 
@@ -212,7 +218,7 @@ def test_decode_and_export_report_the_pretrained_claim_recorded_at_start(run, tm
     config.tokenizer.kind = "auto"
     config.eval.max_new_tokens = MAX_NEW
     workdir = tmp_path / "second"
-    loop.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     assert json.loads((workdir / "pretrained.json").read_text())["epsilon"] == 3.0
     (workdir / "results.json").unlink()  # Checkpoint only: the report is made again.
     set_record(0.1)  # The base folder replaced after training.

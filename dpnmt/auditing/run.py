@@ -12,7 +12,6 @@ import os
 import secrets
 
 import datasets
-import ml_collections
 import numpy as np
 
 from dpnmt.auditing import canaries as canary_lib
@@ -21,7 +20,6 @@ from dpnmt.auditing.scoring import score_canaries
 from dpnmt.auditing.statistics import UNTESTABLE, audit_plan, forecast_claim, membership_audit
 from dpnmt.config import RunConfig
 from dpnmt.data.languages import parse_pair
-from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import loop
 from dpnmt.training.privacy_report import PrivacyReport
 from dpnmt.training.run_dir import RunDir, write_json
@@ -177,7 +175,7 @@ def plot_scores(rows: list[dict], report: dict, path: str) -> None:
 
 
 def run_audit(
-    config: RunConfig | ml_collections.ConfigDict,
+    run: RunConfig,
     workdir: str,
     options: AuditOptions,
     *,
@@ -186,8 +184,7 @@ def run_audit(
     """Inserts canaries, trains (or resumes), scores them and writes the audit.
 
     Args:
-      config: the run config (training still reads it as a ConfigDict: a RunConfig is
-        passed on as its dict).
+      run: the run's config (`training.preflight.read_config`).
       workdir: the run's folder (a training workdir plus the audit's files).
       options: the audit's options.
       canary_seed: fixed seed for tests; None draws one from the OS.
@@ -195,7 +192,6 @@ def run_audit(
     Returns:
       The report written to `workdir/audit.json`.
     """
-    run, config = decode_lib.with_pieces_config(config)
     seed, canaries = canary_seed_and_list(workdir, options, canary_seed)
     num_inserted = sum(c.inserted for c in canaries)
     expected, plan = audit_plan(
@@ -205,8 +201,8 @@ def run_audit(
     transform = add_pairs_to_train(
         canary_lib.training_pairs(canaries, options.repeats), run.data.pair
     )
-    results = loop.train_and_evaluate(config, workdir, corpus_transform=transform)
-    rows = score_canaries(config, workdir, canaries, options, seed)
+    results = loop.train_and_evaluate(run, workdir, corpus_transform=transform)
+    rows = score_canaries(run, workdir, canaries, options, seed)
     report = summarize(rows, options, PrivacyReport.from_json(results["privacy"]))
     RunDir(workdir).write_private_json(CANARY_SCORES_FILE, rows)
     write_json(os.path.join(workdir, AUDIT_FILE), report)

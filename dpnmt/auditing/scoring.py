@@ -2,7 +2,6 @@
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from dpnmt import models, training
@@ -82,7 +81,7 @@ def _source_prefix(data: DataConfig, model: ModelConfig) -> str:
 
 
 def score_canaries(
-    config: RunConfig | ml_collections.ConfigDict,
+    run: RunConfig,
     workdir: str,
     canaries: list[canary_lib.Canary],
     options: AuditOptions,
@@ -96,8 +95,7 @@ def score_canaries(
     """
     from dpnmt import evaluation
 
-    run = RunConfig.of(config)
-    tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(config, workdir)
+    tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(run, workdir)
     scorer = LogLikelihoodScorer(model, model_config, params, run.data, tokenizer.pad_id)
     prefix = _source_prefix(run.data, run.model)
     max_source, max_target = run.data.max_source_length, run.data.max_target_length

@@ -9,7 +9,6 @@ import dataclasses
 import functools
 import math
 
-import ml_collections
 import numpy as np
 
 from dpnmt.auditing.options import AuditOptions
@@ -344,7 +343,7 @@ def membership_audit(
     }
 
 
-def forecast_claim(config: RunConfig | ml_collections.ConfigDict) -> tuple[float | None, float]:
+def forecast_claim(run: RunConfig) -> tuple[float | None, float]:
     """The run's total (ε, δ) as its config promises it, before anything is trained.
 
     DP-SGD's ε is the config's target (σ is calibrated to it; the plan's ε is
@@ -353,14 +352,12 @@ def forecast_claim(config: RunConfig | ml_collections.ConfigDict) -> tuple[float
     reported claim, not this.
 
     Args:
-      config: the run's config (its `dp` and `tokenizer` sections; a ConfigDict is
-        read as a RunConfig).
+      run: the run's config (its `dp` and `tokenizer` sections).
 
     Returns:
       (ε, δ); ε is inf for a non-private run or a vocabulary learnt without DP,
       None when the config gives σ instead of a target ε (ε then depends on N).
     """
-    run = RunConfig.of(config)
     dp, tokenizer = run.dp, run.tokenizer
     if not dp.enabled:
         return math.inf, dp.delta

@@ -11,7 +11,6 @@ import logging
 import os
 
 import jax
-import ml_collections
 
 from dpnmt import bridge, models, privacy
 from dpnmt.config import RunConfig
@@ -39,19 +38,6 @@ def load_run_config(workdir: str) -> RunConfig:
         return RunConfig.of(json.load(f))
 
 
-def with_pieces_config(
-    config: RunConfig | ml_collections.ConfigDict,
-) -> tuple[RunConfig, ml_collections.ConfigDict]:
-    """(`config` as a RunConfig, `config` as the ConfigDict `dpnmt.training` still reads).
-
-    Temporary, until `training.pieces`, `pretrained_privacy` and the loop take
-    sections: a ConfigDict passes on unchanged, a RunConfig as its dict.
-    """
-    if isinstance(config, RunConfig):
-        return config, ml_collections.ConfigDict(config.to_dict())
-    return RunConfig.of(config), config
-
-
 def warn_if_unfinished(workdir: str) -> bool:
     """Warns when the run in `workdir` has not finished; returns whether it has."""
     path = RunDir(workdir).results_path
@@ -70,7 +56,7 @@ def warn_if_unfinished(workdir: str) -> bool:
 
 
 def decode_and_score(
-    config: RunConfig | ml_collections.ConfigDict,
+    run: RunConfig,
     workdir: str,
     *,
     split: str = "test",
@@ -82,19 +68,19 @@ def decode_and_score(
     """Translates a split by generation, scores it, writes hypotheses and results.json.
 
     Args:
-      config: the run config (`load_run_config`), or a config for a pretrained
+      run: the run config (`load_run_config`), or a config for a pretrained
         model when `zero_shot`.
       workdir: the training run's folder (checkpoint, tokenizer); ignored for
         reading when `zero_shot`.
       split: "validation" or "test".
       max_examples: score only the first pairs of the split.
-      bertscore: also compute BERTScore (`config.eval.bertscore_model`, default
+      bertscore: also compute BERTScore (`eval.bertscore_model`, default
         the offline MiniLM encoder).
       output_dir: where to write `hypotheses.<split>.txt` and `results.json`
         (default `workdir/decode_<split>`, or `workdir/private/decode_validation`
         when validation was carved from the private train split:
         `RunDir.output_path`).
-      zero_shot: decode the pretrained model named by `config.model.name_or_path`
+      zero_shot: decode the pretrained model named by `model.name_or_path`
         without any training (baseline; no privacy cost).
 
     Returns:
@@ -102,8 +88,7 @@ def decode_and_score(
     """
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
-    run, config = with_pieces_config(config)
-    corpus = pieces.load_corpus(config)
+    corpus = pieces.load_corpus(run.data)
     if zero_shot and (run.model.name_or_path is None or run.tokenizer_kind != "pretrained"):
         raise ConfigError(
             "--zero_shot needs a pretrained model and its tokenizer: set "
@@ -111,11 +96,11 @@ def decode_and_score(
         )
     # Reloads the run's saved vocabulary: never learns one again.
     tokenizer, vocabulary = pieces.build_tokenizer(
-        config, corpus, workdir, noise_seed=None, learn=False
+        run, corpus, workdir, noise_seed=None, learn=False
     )
-    tokenized, _ = pieces.tokenize_corpus(config, corpus, tokenizer)
+    tokenized, _ = pieces.tokenize_corpus(run, corpus, tokenizer)
     model, model_config, params = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
+        run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
     if not zero_shot:
@@ -125,7 +110,7 @@ def decode_and_score(
             steps_done,
             vocabulary,
             validation_is_private=pieces.validation_is_carved_from_train(corpus),
-            pretrained=pretrained_privacy.recorded_claim(config, workdir),
+            pretrained=pretrained_privacy.recorded_claim(run, workdir),
         ).to_json()
     settings = evaluator_lib.EvalSettings(run.eval, run.data, run.train.physical_batch_size)
     evaluator = evaluator_lib.Evaluator(
@@ -168,23 +153,21 @@ def load_trained_params(workdir: str):
     return load_trained(load_run_config(workdir), workdir)[3:]
 
 
-def load_trained(config: RunConfig | ml_collections.ConfigDict, workdir: str):
+def load_trained(run: RunConfig, workdir: str):
     """A trained run's (tokenizer, model, model config, params, plan, steps done).
 
     The saved vocabulary is reloaded (never learnt again) and the latest
-    checkpoint's parameters restored into the model `config` builds.
+    checkpoint's parameters restored into the model `run` builds.
     """
-    run, config = with_pieces_config(config)
-    tokenizer, _ = pieces.build_tokenizer(config, None, workdir, noise_seed=None, learn=False)
+    tokenizer, _ = pieces.build_tokenizer(run, None, workdir, noise_seed=None, learn=False)
     model, model_config, params = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
+        run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     return (tokenizer, model, model_config, *restore_params(run, workdir, params))
 
 
-def restore_params(config: RunConfig | ml_collections.ConfigDict, workdir: str, params):
+def restore_params(run: RunConfig, workdir: str, params):
     """Params with the checkpoint's trainable part, the plan and the steps done."""
-    run, config = with_pieces_config(config)
     manager = checkpointing.make_manager(workdir)
     if manager.latest_step() is None:
         raise MissingInputError(
@@ -192,7 +175,7 @@ def restore_params(config: RunConfig | ml_collections.ConfigDict, workdir: str, 
             "train first (python -m dpnmt.train), or decode a pretrained model with "
             "--config=<its config> --zero_shot."
         )
-    trainable, frozen = models.split_params(params, pieces.trainable_predicate(config))
+    trainable, frozen = models.split_params(params, pieces.trainable_predicate(run.model))
     step = manager.latest_step()
     meta = manager.restore(
         step, args=checkpointing.ocp.args.Composite(meta=checkpointing.ocp.args.JsonRestore())

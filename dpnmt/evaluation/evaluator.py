@@ -10,20 +10,14 @@ import dataclasses
 import numpy as np
 
 from dpnmt import bridge, distributed, models
-from dpnmt.config import DataConfig, EvalConfig, RunConfig
+from dpnmt.config import DataConfig, EvalConfig
 from dpnmt.data.languages import parse_pair
 from dpnmt.evaluation import metrics
 from dpnmt.evaluation.translate import translate as translate_sources
 
 
 def tokenized_examples(split, data: DataConfig, pad_id: int) -> bridge.TokenizedExamples:
-    """A tokenized split (`input_ids`, `labels`) as fixed-length examples (`data`'s lengths).
-
-    `data` may still be a whole run config (`training.setup` passes its
-    ConfigDict until it takes sections): its `data` section is read.
-    """
-    if not isinstance(data, DataConfig):  # Temporary: training.setup's ConfigDict.
-        data = RunConfig.of(data).data
+    """A tokenized split (`input_ids`, `labels`) as fixed-length examples (`data`'s lengths)."""
     return bridge.TokenizedExamples(
         split["input_ids"],
         split["labels"],
@@ -58,14 +52,6 @@ class EvalSettings:
     data: DataConfig
     loss_batch_size: int
 
-    @classmethod
-    def of(cls, config) -> "EvalSettings":
-        """`config` as EvalSettings: kept as is, or read from a RunConfig (or a ConfigDict)."""
-        if isinstance(config, cls):
-            return config
-        run = RunConfig.of(config)  # Temporary: training.loop still passes its ConfigDict.
-        return cls(run.eval, run.data, run.train.physical_batch_size)
-
 
 class Evaluator:
     """Scores a model on a split: teacher-forced loss and BLEU/chrF/BERTScore from generation."""
@@ -84,12 +70,9 @@ class Evaluator:
     ):
         """Keeps what scoring needs; `eval_loss` (`training.make_eval_loss`) may be None.
 
-        `settings` may still be a RunConfig or ConfigDict (`EvalSettings.of`).
-
         `timer` (a `dpnmt.training.profile.PhaseTimer`, optional) charges decoding
         and the teacher-forced loss to their own phases.
         """
-        settings = EvalSettings.of(settings)
         self._eval, self._data = settings.eval, settings.data
         self._loss_batch_size = settings.loss_batch_size
         self._model = model

@@ -94,11 +94,11 @@ def clipped_signal(loss_fn, trainable, microbatches, l2_clip: float) -> Signal:
     )
 
 
-def measure_run(config: RunConfig, workdir: str, max_examples: int | None = None) -> dict:
+def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -> dict:
     """Noise-to-signal of a trained run at its initial and its latest parameters.
 
     Args:
-      config: the run's config (`decode.load_run_config`; a ConfigDict is read as one).
+      run: the run's config (`decode.load_run_config`).
       workdir: the run's folder (tokenizer, checkpoint).
       max_examples: validation examples averaged (default: L, at most the split).
 
@@ -111,20 +111,19 @@ def measure_run(config: RunConfig, workdir: str, max_examples: int | None = None
     Raises:
       ConfigError: the run is not private (no noise, no clipping to compare).
     """
-    run, config = decode.with_pieces_config(config)
     if not run.dp.enabled:
         raise ConfigError(
             f"{workdir} is a non-private run: it adds no noise and clips nothing; "
             "give a DP run's --workdir."
         )
-    corpus = pieces.load_corpus(config)
-    tokenizer, _ = pieces.build_tokenizer(config, corpus, workdir, noise_seed=None, learn=False)
+    corpus = pieces.load_corpus(run.data)
+    tokenizer, _ = pieces.build_tokenizer(run, corpus, workdir, noise_seed=None, learn=False)
     # The validation split alone: the private train split is not read or counted.
     tokenized, _ = pieces.tokenize_corpus(
-        config, datasets.DatasetDict(validation=corpus["validation"]), tokenizer
+        run, datasets.DatasetDict(validation=corpus["validation"]), tokenizer
     )
     model, model_config, initial = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
+        run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     trained, plan, steps_done = decode.restore_params(run, workdir, initial)
     lot_size = plan.expected_lot_size
@@ -133,7 +132,7 @@ def measure_run(config: RunConfig, workdir: str, max_examples: int | None = None
     micro = evaluator_lib.split_microbatches(
         split.select(range(n)), run.data, run.train.physical_batch_size, tokenizer.pad_id
     )
-    predicate = pieces.trainable_predicate(config)
+    predicate = pieces.trainable_predicate(run.model)
     out = {
         "steps_done": steps_done,
         "steps_planned": plan.num_steps,

@@ -16,6 +16,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from dpnmt import atomic_file, config_lib
+from dpnmt.config import RunConfig
 
 MANIFEST_FILE = "sweep.json"
 # The run's output, in its private/ folder: log lines carry timestamps, which
@@ -124,7 +125,7 @@ def check_overrides(overrides: Sequence[str]) -> list[str]:
     return warnings
 
 
-def check_configs(configs: dict) -> None:
+def check_configs(configs: dict[RunSpec, RunConfig]) -> None:
     """Applies the trainer's fixed-seed rule to every run's config before any run starts.
 
     Raises:
@@ -155,10 +156,11 @@ def train_flags(config_path: str, spec: RunSpec, run_dir: str, overrides: Sequen
     ]
 
 
-def resolve_config(
-    config_path: str, spec: RunSpec, overrides: Sequence[str]
-) -> ml_collections.ConfigDict:
+def resolve_config(config_path: str, spec: RunSpec, overrides: Sequence[str]) -> RunConfig:
     """The config `dpnmt.train` builds for this run, parsed exactly as its flags are.
+
+    The ConfigDict the flags build is this edge's alone: the run gets it as a
+    `RunConfig` (unchecked; each run's trainer checks it before anything is written).
 
     Raises:
       ValueError: the config file or an override does not parse (absl's message).
@@ -170,7 +172,7 @@ def resolve_config(
             if not isinstance(node, ml_collections.ConfigDict) or part not in node:
                 raise ValueError(f"Override {text!r}: {config_path} has no field {field!r}.")
             node = node[part]
-    return _parse(config_path, spec, overrides)
+    return RunConfig.of(_parse(config_path, spec, overrides))
 
 
 def _parse(config_path: str, spec: RunSpec, overrides: Sequence[str]):
@@ -199,7 +201,7 @@ def read_json(path: str) -> dict | None:
         return None
 
 
-def is_finished(run_dir: str, config: ml_collections.ConfigDict) -> bool:
+def is_finished(run_dir: str, config: RunConfig) -> bool:
     """True if `run_dir` holds a finished run of exactly `config`.
 
     Finished means its results.json says so and its config.json is this config
@@ -209,9 +211,7 @@ def is_finished(run_dir: str, config: ml_collections.ConfigDict) -> bool:
     if not results or results.get("finished") is not True:
         return False
     published = config_lib.published_config(config)  # config.json holds no noise seed.
-    return read_json(os.path.join(run_dir, "config.json")) == json.loads(
-        published.to_json_best_effort()
-    )
+    return read_json(os.path.join(run_dir, "config.json")) == published
 
 
 def write_manifest(workdir: str, manifest: dict) -> None:

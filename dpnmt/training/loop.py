@@ -19,11 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import ml_collections
-
 from dpnmt import distributed, models
 from dpnmt.config import RunConfig
-from dpnmt.evaluation.evaluator import Evaluator
+from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
 from dpnmt.training import actions, checkpointing, steps
 from dpnmt.training.lot_runner import LotRunner
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter
@@ -35,7 +33,7 @@ from dpnmt.training.state import LoopState
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict,
+    config: RunConfig,
     workdir: str,
     *,
     stop_after_steps: int | None = None,
@@ -44,7 +42,8 @@ def train_and_evaluate(
     """Trains (resuming from `workdir` if it holds a checkpoint), evaluates, reports.
 
     Args:
-      config: the resolved experiment config (see `dpnmt.config_lib`).
+      config: the resolved experiment config (`preflight.read_config` of the
+        ConfigDict of `dpnmt.config_lib`); checked before anything is written.
       workdir: output folder: config.json, tokenizer, checkpoints, results.json.
       stop_after_steps: end this session after this step (checkpointed), as if
         interrupted; rerunning resumes. None trains to the end.
@@ -61,30 +60,27 @@ def train_and_evaluate(
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
     """
-    settings = RunConfig.of(config)
-    profile = actions.Profile(settings.train)
+    profile = actions.Profile(config.train)
     timer = profile.timer
     run = build_run(config, workdir, corpus_transform=corpus_transform, timer=timer)
     plan = run.privacy.plan
-    lots = LotRunner(run, settings.dp, timer)
+    lots = LotRunner(run, config.dp, timer)
     state = _resume(run, lots)
     lots.derive_keys()
     evaluator = _evaluator(config, run, timer)
     writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
-    every = settings.eval_every_steps(plan.num_steps)
+    every = config.eval_every_steps(plan.num_steps)
     validate = actions.Validate(
-        settings.train, every, run.privacy, evaluator, lots.frozen, writer, timer
+        config.train, every, run.privacy, evaluator, lots.frozen, writer, timer
     )
     state = validate.before_training(state)
     start_step, started = state.step, time.time()
-    log = actions.LogProgress(settings.train, run.privacy, writer, start_step)
+    log = actions.LogProgress(config.train, run.privacy, writer, start_step)
     last_stop = (
         plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
     )
-    source = lots.source(settings.data, settings.train, state.trainable)
-    checkpoint = actions.Checkpoint(
-        settings.train, run.files, run.privacy, last_stop, source, timer
-    )
+    source = lots.source(config.data, config.train, state.trainable)
+    checkpoint = actions.Checkpoint(config.train, run.files, run.privacy, last_stop, source, timer)
     try:
         while state.step < last_stop and not state.stopped_early:
             state, train_loss = lots.run_lot(state, source)
@@ -132,7 +128,7 @@ def _resume(run: RunPieces, lots: LotRunner) -> LoopState:
     return lots.place(state)
 
 
-def _evaluator(config: ml_collections.ConfigDict, run: RunPieces, timer) -> Evaluator:
+def _evaluator(settings: RunConfig, run: RunPieces, timer) -> Evaluator:
     """The run's evaluator, on this process's own devices.
 
     Every process evaluates (identical results, no cross-process traffic);
@@ -141,7 +137,7 @@ def _evaluator(config: ml_collections.ConfigDict, run: RunPieces, timer) -> Eval
     local_mesh = distributed.local_mesh()
     model = run.model
     return Evaluator(
-        config,
+        EvalSettings(settings.eval, settings.data, settings.train.physical_batch_size),
         model.model,
         model.model_config,
         run.data.tokenizer,

@@ -2,8 +2,8 @@
 
 Shared by training (`dpnmt.training.setup.build_run` puts them in order) and
 decoding (`dpnmt.evaluation.decode`), so both see the same data and model. Each
-public function takes the run config (a `RunConfig`, or a ConfigDict read as
-one) and hands its helpers only the sections they need.
+public function takes the section it reads (`DataConfig`, `ModelConfig`), or the
+`RunConfig` where it needs several, and hands its helpers only those sections.
 """
 
 import contextlib
@@ -15,7 +15,6 @@ from typing import Any
 
 import datasets
 import jax
-import ml_collections
 
 from dpnmt import models
 from dpnmt.config import RunConfig
@@ -29,12 +28,9 @@ from dpnmt.models import lora
 from dpnmt.training import pretrained_privacy
 from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
 
-RunConfigLike = RunConfig | ml_collections.ConfigDict
 
-
-def load_corpus(config: RunConfigLike) -> datasets.DatasetDict:
+def load_corpus(data: DataConfig) -> datasets.DatasetDict:
     """The corpus named by the `data` section, train split limited if asked."""
-    data = RunConfig.of(config).data
     corpus = corpora.load_corpora(
         data.corpus,
         data.pair,
@@ -97,7 +93,7 @@ def _export_vocabulary(
 
 
 def build_tokenizer(
-    config: RunConfigLike,
+    run: RunConfig,
     corpus: datasets.DatasetDict,
     workdir: str,
     *,
@@ -110,7 +106,7 @@ def build_tokenizer(
     reloaded afterwards: learning it again would spend its privacy again.
 
     Args:
-      config: the run config (`config.tokenizer`, `config.model`).
+      run: the run config (its `tokenizer`, `model` and `data` sections).
       corpus: the loaded corpus (its train split is private).
       workdir: the run's folder.
       noise_seed: seed of DP-SentencePiece's noise (private).
@@ -120,7 +116,6 @@ def build_tokenizer(
     Returns:
       (tokenizer, record of how the vocabulary was made).
     """
-    run = RunConfig.of(config)
     kind = run.tokenizer_kind
     src_lang, tgt_lang = _mbart_langs(run.model, run.data)
     if kind == "pretrained":
@@ -202,12 +197,11 @@ def _learn_vocabulary(
 
 
 def tokenize_corpus(
-    config: RunConfigLike,
+    run: RunConfig,
     corpus: datasets.DatasetDict,
     tokenizer: tokenizers.Tokenizer,
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
     """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
-    run = RunConfig.of(config)
     options = _preprocess_options(run.data, run.model)
     tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **options)
     health.log_warnings(
@@ -232,9 +226,8 @@ def _preprocess_options(data: DataConfig, model: ModelConfig) -> dict:
 TOKENIZE_TRAIN_MODES = ("auto", "upfront", "per_lot")
 
 
-def tokenizes_train_per_lot(config: RunConfigLike) -> bool:
+def tokenizes_train_per_lot(data: DataConfig) -> bool:
     """Whether the train split is tokenized per lot (`data.tokenize_train`)."""
-    data = RunConfig.of(config).data
     if data.tokenize_train not in TOKENIZE_TRAIN_MODES:
         raise ValueError(
             f"data.tokenize_train={data.tokenize_train!r} is unknown; use one of "
@@ -244,24 +237,19 @@ def tokenizes_train_per_lot(config: RunConfigLike) -> bool:
 
 
 def tokenize_train_on_demand(
-    config: RunConfigLike, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
+    run: RunConfig, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
 ) -> tuple[preprocess_lib.OnDemandSplit, preprocess_lib.SplitStats]:
     """The train split as `tokenize_corpus` would give it, tokenized only when fetched."""
-    run = RunConfig.of(config)
     options = _preprocess_options(run.data, run.model)
     return preprocess_lib.preprocess_on_demand(split, tokenizer, **options)
 
 
-def trainable_predicate(config: RunConfigLike):
+def trainable_predicate(model: ModelConfig):
     """`(path, leaf) -> bool`: which parameters get per-example gradients.
 
     `model.finetune`: "lora" the adapters only, "bias" the bias terms only,
     "all" everything `model.trainable` matches (everything when unset).
     """
-    return _trainable_predicate(RunConfig.of(config).model)
-
-
-def _trainable_predicate(model: ModelConfig):
     if model.finetune == "lora":
         return models.is_adapter
     if model.finetune == "bias":
@@ -271,15 +259,14 @@ def _trainable_predicate(model: ModelConfig):
     return lambda path, leaf: True
 
 
-def split_trainable(config: RunConfigLike, params) -> tuple[Any, Any]:
+def split_trainable(model: ModelConfig, params) -> tuple[Any, Any]:
     """(trainable, frozen) parameters by `trainable_predicate`.
 
     Raises:
       ConfigError: nothing is trainable (e.g. `model.finetune='bias'` on a T5).
     """
-    model = RunConfig.of(config).model
     try:
-        return models.split_params(params, _trainable_predicate(model))
+        return models.split_params(params, trainable_predicate(model))
     except ValueError as error:
         if model.finetune == "bias":
             raise ConfigError(
@@ -290,9 +277,8 @@ def split_trainable(config: RunConfigLike, params) -> tuple[Any, Any]:
         raise ConfigError(f"model.trainable={model.trainable!r}: {error}") from error
 
 
-def lora_spec(config: RunConfigLike | ModelConfig) -> models.LoRASpec:
+def lora_spec(model: ModelConfig) -> models.LoRASpec:
     """The adapters `model.lora_*` ask for (none when `model.lora_rank` is 0)."""
-    model = config if isinstance(config, ModelConfig) else RunConfig.of(config).model
     if not model.lora_rank:
         return models.LoRASpec()
     return models.LoRASpec(
@@ -314,7 +300,7 @@ def _with_adapters(model: ModelConfig, model_config, params, rng) -> tuple[Any, 
 
 
 def build_model(
-    config: RunConfigLike, tokenizer: tokenizers.Tokenizer, rng: jax.Array
+    model: ModelConfig, tokenizer: tokenizers.Tokenizer, rng: jax.Array
 ) -> tuple[Any, Any, Any]:
     """(flax module, its model config, initial params): pretrained or from scratch.
 
@@ -322,7 +308,6 @@ def build_model(
     the base weights as without them, the adapters from `rng` (B = 0, so the
     initial model computes the same function).
     """
-    model = RunConfig.of(config).model
     if model.name_or_path is not None:
         with _hub_errors(model.name_or_path):
             pretrained, params, _ = models.load_pretrained(model.name_or_path)

@@ -18,7 +18,7 @@ import ml_collections
 
 from dpnmt import privacy
 from dpnmt.bridge import buckets
-from dpnmt.config import RunConfig
+from dpnmt.config import DataConfig, RunConfig
 from dpnmt.data import checks as data_checks
 from dpnmt.data import public_checks
 from dpnmt.errors import raise_problems
@@ -27,26 +27,42 @@ from dpnmt.training import compilation_cache, pretrained_privacy
 from dpnmt.training.run_dir import workdir_problems
 
 
-def config_problems(
-    config: ml_collections.ConfigDict, *, device_count: int | None = None
-) -> list[str]:
-    """Every problem of `config` found without reading the corpus, one line each.
+def read_config(config: ml_collections.ConfigDict, workdir: str | None = None) -> RunConfig:
+    """The apps' `--config` as a `RunConfig`, its field names checked (values: `check_run`).
+
+    The edge where a ConfigDict becomes sections, once, right after the flags.
+    A config naming a field this version does not know is refused here, with
+    every other problem the config and `workdir` show on their own (no devices
+    are counted: `jax.distributed` may not be initialised yet), in one message;
+    otherwise the values are checked with the devices, the workdir and the
+    corpus, all at once, by `check_run` before anything is written.
+
+    Raises:
+      ConfigError: every field this version does not know, with the closest
+        one, and the config's and the workdir's other problems.
+    """
+    run, unknown = RunConfig.build(config)
+    if unknown:
+        raise_problems([*unknown, *run.problems(), *workdir_problems(workdir, run)])
+    return run
+
+
+def config_problems(run: RunConfig, *, device_count: int | None = None) -> list[str]:
+    """Every problem of `run` found without reading the corpus, one line each.
 
     Args:
-      config: the resolved experiment config.
+      run: the resolved experiment config.
       device_count: devices the batch is split over (default `jax.device_count()`).
 
     Returns:
       Problems naming the field and the fix; empty when none.
     """
     device_count = jax.device_count() if device_count is None else device_count
-    run, unknown = RunConfig.build(config)
     return [
-        *unknown,
         *run.problems(),
         *public_checks.public_source_problems(run),
         *model_checks.model_problems(run.model),
-        *pretrained_privacy.pretrained_problems(config),
+        *pretrained_privacy.pretrained_problems(run),
         *data_checks.data_problems(run.data, run.dp),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
         *run.train.device_problems(device_count),
@@ -54,22 +70,22 @@ def config_problems(
     ]
 
 
-def check_static(config: ml_collections.ConfigDict, workdir: str | None) -> None:
-    """Raises every problem of `config` and `workdir` found without reading the corpus."""
+def check_static(run: RunConfig, workdir: str | None) -> None:
+    """Raises every problem of `run` and `workdir` found without reading the corpus."""
     raise_problems(
         [
-            *config_problems(config),
-            *workdir_problems(workdir, config),
-            *compilation_cache.in_workdir_problems(config.train.compilation_cache, workdir),
+            *config_problems(run),
+            *workdir_problems(workdir, run),
+            *compilation_cache.in_workdir_problems(run.train.compilation_cache, workdir),
         ]
     )
 
 
 def check_run(
-    config: ml_collections.ConfigDict,
+    run: RunConfig,
     workdir: str | None,
     *,
-    load_corpus: Callable[[ml_collections.ConfigDict], Any],
+    load_corpus: Callable[[DataConfig], Any],
     corpus_transform: Callable[[Any], Any] | None = None,
 ) -> None:
     """Validates a training run completely before it writes a file or spends privacy.
@@ -79,20 +95,19 @@ def check_run(
     below 1/N) or the text itself (public vocabulary text that is the corpus's).
 
     Args:
-      config: the resolved experiment config.
+      run: the resolved experiment config.
       workdir: the run's folder (need not exist).
-      load_corpus: `config -> DatasetDict` (`training.pieces.load_corpus`).
+      load_corpus: `data section -> DatasetDict` (`training.pieces.load_corpus`).
       corpus_transform: as for `training.loop.train_and_evaluate`.
 
     Raises:
       ConfigError: every problem found, one line each.
       InputError: the corpus cannot be loaded (missing files, offline hub, ...).
     """
-    check_static(config, workdir)
-    run = RunConfig.of(config)
+    check_static(run, workdir)
     logging.disable(logging.INFO)  # The run loads it again and logs that.
     try:
-        corpus = load_corpus(config)
+        corpus = load_corpus(run.data)
     finally:
         logging.disable(logging.NOTSET)
     if corpus_transform is not None:
@@ -100,19 +115,19 @@ def check_run(
     dataset_size = data_checks.kept_pairs(corpus["train"], run.data.pair)
     problems = privacy.size_problems(run.dp, run.train, dataset_size)
     if not problems:  # The plan is sound: its δ against N.
-        problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(config, run))
+        problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(run))
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
-    public += pretrained_privacy.declared_text_problems(config, corpus)
+    public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
 
 
-def _other_deltas(config: ml_collections.ConfigDict, run: RunConfig) -> tuple:
+def _other_deltas(run: RunConfig) -> tuple:
     """(what, δ) of the mechanisms composed with DP-SGD: the DP vocabulary, a pretrained export."""
     out = []
     if run.tokenizer_kind == "dp_sentencepiece":
         out.append((f"tokenizer.dp_delta={run.tokenizer.dp_delta:g}", run.tokenizer.dp_delta))
-    claim = pretrained_privacy.pretrained_claim(config)
+    claim = pretrained_privacy.pretrained_claim(run)
     if claim is not None and claim.composed and claim.composed_delta:
         out.append((f"the pretrained export's δ={claim.composed_delta:g}", claim.composed_delta))
     return tuple(out)

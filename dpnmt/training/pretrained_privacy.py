@@ -17,8 +17,6 @@ import logging
 import math
 from typing import Any
 
-import ml_collections
-
 from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.training.privacy_report import PretrainedClaim
@@ -131,13 +129,13 @@ def _adjacency(record: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, str | None]:
+def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     """(the claim, the one-line problem a private run is refused with, or None).
 
     With a problem, the claim composes ε = ∞ (what the run could claim).
     """
-    name = config.model.name_or_path
-    declared = bool(config.model.get("pretrained_data_disjoint", False))
+    name = run.model.name_or_path
+    declared = bool(run.model.pretrained_data_disjoint)
     if name is None:
         if declared:
             return None, (
@@ -148,7 +146,7 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
     try:
         is_export, settings = read_export_settings(name)
     except RecordUnreadable as error:
-        return _unreadable(name, declared, config.dp.enabled, error)
+        return _unreadable(name, declared, run.dp.enabled, error)
     if not is_export:
         note = (
             f"not a dpnmt export (no {SETTINGS_FILE} privacy record): its own training data "
@@ -164,16 +162,16 @@ def _decide(config: ml_collections.ConfigDict) -> tuple[PretrainedClaim | None, 
             True, composed, declared, epsilon, delta, note, record, _adjacency(record)
         )
 
-    if declared and config.dp.enabled:
+    if declared and run.dp.enabled:
         from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
         where = _declared_where(name)
-        overlap = corpus_record.same_corpus_problems(settings, RunConfig.of(config).data, where)
+        overlap = corpus_record.same_corpus_problems(settings, run.data, where)
         if overlap:
             return claim(True, epsilon, delta, _OVERLAPPING), overlap[0]
     if declared:
         return claim(False, epsilon, delta, DISJOINT_NOTE), None
-    if not config.dp.enabled:
+    if not run.dp.enabled:
         note = "non-private run (ε = ∞): the export's ε is not composed"
         return claim(False, epsilon, delta, note), None
     fix = (
@@ -209,7 +207,7 @@ def _declared_where(name: str) -> str:
     )
 
 
-def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[str]:
+def declared_text_problems(run: RunConfig, corpus) -> list[str]:
     """A disjoint declaration refused from the corpus text (`corpus_record.same_text_problems`).
 
     Only a private run declaring its starting dpnmt export disjoint, whose
@@ -218,13 +216,13 @@ def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[st
     asks it before anything is written.
 
     Args:
-      config: the run's config.
+      run: the run's config.
       corpus: its corpus as trained on (`training.pieces.load_corpus`).
     """
-    name = config.model.name_or_path
-    if name is None or not config.dp.enabled:
+    name = run.model.name_or_path
+    if name is None or not run.dp.enabled:
         return []
-    if not config.model.get("pretrained_data_disjoint", False):
+    if not run.model.pretrained_data_disjoint:
         return []
     try:
         is_export, settings = read_export_settings(name)
@@ -234,7 +232,6 @@ def declared_text_problems(config: ml_collections.ConfigDict, corpus) -> list[st
         return []
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
-    run = RunConfig.of(config)
     return corpus_record.same_text_problems(settings, run.data, corpus, _declared_where(name))
 
 
@@ -265,34 +262,30 @@ def _unreadable(
     return PretrainedClaim(False, True, False, math.inf, None, note), problem
 
 
-def pretrained_problems(config: ml_collections.ConfigDict) -> list[str]:
+def pretrained_problems(run: RunConfig) -> list[str]:
     """The problem of the starting model's privacy record, as a list of at most one line."""
-    problem = _decide(config)[1]
+    problem = _decide(run)[1]
     return [problem] if problem else []
 
 
-def pretrained_claim(
-    config: ml_collections.ConfigDict, *, refuse: bool = True
-) -> PretrainedClaim | None:
+def pretrained_claim(run: RunConfig, *, refuse: bool = True) -> PretrainedClaim | None:
     """What the starting model adds to the run's ε (None: trained from scratch).
 
     Args:
-      config: the run's config (`model.name_or_path`, `model.pretrained_data_disjoint`).
+      run: the run's config (`model.name_or_path`, `model.pretrained_data_disjoint`).
       refuse: raise on a problem; False (re-reporting a trained run: decode,
         export) gives the claim that composes ε = ∞, its note the problem.
 
     Raises:
       ConfigError: `refuse` and the config would be refused (`pretrained_problems`).
     """
-    claim, problem = _decide(config)
+    claim, problem = _decide(run)
     if problem and refuse:
         raise ConfigError(problem)
     return claim
 
 
-def claim_at_start(
-    config: ml_collections.ConfigDict, run_dir: RunDir, *, resuming: bool
-) -> PretrainedClaim | None:
+def claim_at_start(run: RunConfig, run_dir: RunDir, *, resuming: bool) -> PretrainedClaim | None:
     """The claim a session trains under: the one recorded when the run started, when resuming.
 
     A fresh run (no checkpoint) reads the starting model's record now
@@ -301,15 +294,15 @@ def claim_at_start(
     base model's folder or hub repo may have changed since. A resumed run from
     before the record was written reads it now, and says so.
     """
-    if config.model.name_or_path is not None and resuming:
+    if run.model.name_or_path is not None and resuming:
         recorded = run_dir.read_pretrained()
         if recorded is not None:
             return PretrainedClaim.from_json(recorded)
-        _warn_unrecorded(run_dir.path, config)
-    return pretrained_claim(config)
+        _warn_unrecorded(run_dir.path, run)
+    return pretrained_claim(run)
 
 
-def recorded_claim(config: ml_collections.ConfigDict, workdir: str) -> PretrainedClaim | None:
+def recorded_claim(run: RunConfig, workdir: str) -> PretrainedClaim | None:
     """The claim a trained run recorded when it started (decode, a checkpoint-only export).
 
     Never the base model's record read again: replaced since, it would change
@@ -317,22 +310,22 @@ def recorded_claim(config: ml_collections.ConfigDict, workdir: str) -> Pretraine
     written falls back to reading it now (`pretrained_claim(refuse=False)`),
     with a warning.
     """
-    if config.model.name_or_path is None:
+    if run.model.name_or_path is None:
         return None
     recorded = RunDir(workdir).read_pretrained()
     if recorded is not None:
         return PretrainedClaim.from_json(recorded)
-    _warn_unrecorded(workdir, config)
-    return pretrained_claim(config, refuse=False)
+    _warn_unrecorded(workdir, run)
+    return pretrained_claim(run, refuse=False)
 
 
-def _warn_unrecorded(workdir: str, config: ml_collections.ConfigDict) -> None:
+def _warn_unrecorded(workdir: str, run: RunConfig) -> None:
     logging.warning(
         "%s has no %s (a run from before dpnmt recorded the starting model's privacy claim): "
         "reading model.name_or_path=%r's %s now. If that model changed since the run started, "
         "the reported ε is not the one the run trained under.",
         workdir,
         PRETRAINED_FILE,
-        config.model.name_or_path,
+        run.model.name_or_path,
         SETTINGS_FILE,
     )

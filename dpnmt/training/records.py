@@ -12,11 +12,11 @@ from typing import Any
 
 import datasets
 import jax
-import ml_collections
 import optax
 import orbax.checkpoint as ocp
 
 from dpnmt import privacy
+from dpnmt.config import RunConfig
 from dpnmt.data import preprocess, tokenizers
 from dpnmt.training import steps
 from dpnmt.training.privacy_report import PretrainedClaim
@@ -147,7 +147,7 @@ class RunPieces:
       files, secrets, data, privacy, model, step: the records above.
     """
 
-    config: ml_collections.ConfigDict
+    config: RunConfig
     files: RunFiles
     secrets: RunSecrets
     data: RunData

@@ -16,10 +16,10 @@ import json
 import math
 import os
 
-import ml_collections
 import numpy as np
 
 from dpnmt import atomic_file, config_lib, core
+from dpnmt.config import RunConfig
 from dpnmt.config.fields import flatten
 from dpnmt.errors import ConfigError, InputError, raise_problems
 
@@ -110,7 +110,7 @@ class RunDir:
         """`results.json`: the published results (format: `dpnmt.training.loop`)."""
         return self.file(RESULTS_FILE)
 
-    def bind_config(self, config: ml_collections.ConfigDict) -> None:
+    def bind_config(self, run: RunConfig) -> None:
         """Writes the published config (noise seed removed), or refuses a workdir made by another.
 
         A workdir is bound to its config once it holds a checkpoint; one holding
@@ -118,9 +118,8 @@ class RunDir:
         (`binding_changes`: learning it again would spend privacy
         again). Otherwise a corrected config simply replaces the old one.
         """
-        config = config_lib.published_config(config)  # config.json never holds the seed.
-        raise_problems(workdir_problems(self.path, config))
-        resolved = json.loads(config.to_json_best_effort())
+        raise_problems(workdir_problems(self.path, run))
+        resolved = config_lib.published_config(run)  # config.json never holds the seed.
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as error:
@@ -211,7 +210,7 @@ class RunDir:
         write_json(self.file(PROFILE_FILE), profile)
         return self.file(PROFILE_FILE)
 
-    def noise_seed(self, config: ml_collections.ConfigDict, resuming: bool) -> int:
+    def noise_seed(self, config: RunConfig, resuming: bool) -> int:
         """The run's secret seed: 128 bits from the OS (or a test's fixed one), in `private/`.
 
         It derives the noise keys, the Poisson sampler's seed and the vocabulary's
@@ -349,7 +348,7 @@ def _depends_vocabulary(field: str) -> bool:
     return any(field == f or (f.endswith(".") and field.startswith(f)) for f in VOCABULARY_FIELDS)
 
 
-def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str]:
+def binding_changes(workdir: str, run: RunConfig) -> list[str]:
     """Fields in which `config` differs from the run `workdir` is bound to.
 
     A workdir is bound once it holds a checkpoint or trained a step (every
@@ -359,21 +358,21 @@ def binding_changes(workdir: str, config: ml_collections.ConfigDict) -> list[str
     Returns:
       The differing fields, sorted; empty when unbound or the same.
     """
-    return _binding_diff(workdir, config)[0]
+    return _binding_diff(workdir, config_lib.config_json(run))[0]
 
 
-def _binding_diff(workdir: str, config: ml_collections.ConfigDict) -> tuple[list[str], dict, dict]:
-    """(`binding_changes`, the run's flattened config.json, `config` flattened)."""
+def _binding_diff(workdir: str, published: dict) -> tuple[list[str], dict, dict]:
+    """(`binding_changes`, the run's flattened config.json, `published` flattened)."""
     path = os.path.join(workdir, CONFIG_FILE)
     fully_bound, has_vocabulary = _is_bound(workdir)
     if not os.path.exists(path) or not (fully_bound or has_vocabulary):
         return [], {}, {}
     with open(path) as f:
         previous = flatten(json.load(f))
-    current = flatten(json.loads(config.to_json_best_effort()))
+    current = flatten(published)
     # A field newer than the workdir's config.json, at its default, is not a
     # change: new fields default to the behaviour the run had.
-    defaults = flatten(json.loads(config_lib.base_config().to_json_best_effort()))
+    defaults = flatten(config_lib.config_json(RunConfig()))
     newer = {k for k in current.keys() - previous.keys() if defaults.get(k, ...) != current[k]}
     changed = sorted(
         (previous.keys() - current.keys())
@@ -386,9 +385,7 @@ def _binding_diff(workdir: str, config: ml_collections.ConfigDict) -> tuple[list
     return changed, previous, current
 
 
-def workdir_problems(
-    workdir: str | None, config: ml_collections.ConfigDict | None = None
-) -> list[str]:
+def workdir_problems(workdir: str | None, run: RunConfig | None = None) -> list[str]:
     """Problems of a train workdir: unset, a file, a sweep folder, unwritable, bound elsewhere."""
     if not workdir:
         return ["--workdir is required: the run's output folder."]
@@ -404,14 +401,16 @@ def workdir_problems(
         existing = os.path.dirname(existing.rstrip(os.sep)) or "."
     if not os.access(existing, os.W_OK):
         return [f"--workdir={workdir} is not writable ({existing}); choose another folder."]
-    if config is not None:  # config.json holds the published config (no noise seed).
-        changed, run, now = _binding_diff(workdir, config_lib.published_config(config))
+    if run is not None:  # config.json holds the published config (no noise seed).
+        changed, bound, now = _binding_diff(workdir, config_lib.published_config(run))
         if changed:
             differ = "; ".join(
-                f"{k}: run {run.get(k, '(absent)')!r}, now {now.get(k, '(absent)')!r}"
+                f"{k}: run {bound.get(k, '(absent)')!r}, now {now.get(k, '(absent)')!r}"
                 for k in changed
             )
-            resume = " ".join(f"--config.{k}={run[k]}" for k in changed if k in run and k in now)
+            resume = " ".join(
+                f"--config.{k}={bound[k]}" for k in changed if k in bound and k in now
+            )
             return [
                 f"--workdir={workdir} holds a run with a different config (fields differ: "
                 f"{differ}); use a new --workdir, or resume with the run's values"

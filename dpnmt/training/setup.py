@@ -15,7 +15,6 @@ from typing import Any
 
 import datasets
 import jax
-import ml_collections
 
 from dpnmt import bridge, config_lib, core, distributed, privacy
 from dpnmt.config import RunConfig
@@ -36,7 +35,7 @@ from dpnmt.training.records import (
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
 
 
-def tokenize_splits(config: RunConfig | ml_collections.ConfigDict, corpus, tokenizer):
+def tokenize_splits(run: RunConfig, corpus, tokenizer):
     """Tokenized evaluation splits, the train split's examples, and per-split counts.
 
     The train split is tokenized up front, or per lot (`data.tokenize_train`):
@@ -48,8 +47,7 @@ def tokenize_splits(config: RunConfig | ml_collections.ConfigDict, corpus, token
       (DatasetDict of the tokenized splits: all of them, or all but train when
       per lot; the train examples, a torch Dataset; split -> `SplitStats`).
     """
-    run = RunConfig.of(config)
-    if not pieces.tokenizes_train_per_lot(run):
+    if not pieces.tokenizes_train_per_lot(run.data):
         tokenized, stats = pieces.tokenize_corpus(run, corpus, tokenizer)
         examples = tokenized_examples(tokenized["train"], run.data, tokenizer.pad_id)
         return tokenized, examples, stats.splits
@@ -115,7 +113,7 @@ def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim
 
 
 def build_run(
-    config: ml_collections.ConfigDict,
+    run: RunConfig,
     workdir: str,
     *,
     corpus_transform: Callable[[Any], Any] | None = None,
@@ -124,7 +122,7 @@ def build_run(
     """Checks the config, prepares the workdir and builds the run's pieces in order.
 
     Args:
-      config: the resolved experiment config (see `dpnmt.config_lib`).
+      run: the resolved experiment config (`preflight.read_config`; checked here).
       workdir: the run's folder.
       corpus_transform: `DatasetDict -> DatasetDict` applied to the loaded
         corpus before the vocabulary and the privacy plan (see `train_and_evaluate`).
@@ -134,20 +132,19 @@ def build_run(
       The `RunPieces` of this session (fresh or resuming).
     """
     timer = timer or PhaseTimer(enabled=False)
-    run = RunConfig.of(config)  # Sections, read below; the checks read the ConfigDict.
     run_dir = RunDir(workdir)
     with timer.phase("start-up: checks, workdir"):
         # 1. Checks, before a file is written (process 0 alone reads the shared
         # workdir: no race with its own writes below).
-        config_lib.check_noise_seed(config)
+        config_lib.check_noise_seed(run)
         distributed.on_primary(
             lambda: preflight.check_run(
-                config, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
+                run, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
             ),
             "validating the config",
         )
         distributed.on_primary(
-            lambda: run_dir.bind_config(config),
+            lambda: run_dir.bind_config(run),
             "checking the workdir's config",
         )
         manager = checkpointing.make_manager(workdir)
@@ -160,7 +157,7 @@ def build_run(
         # checkpoints to private/.
         noise_seed = distributed.broadcast_int(
             distributed.on_primary(
-                lambda: run_dir.noise_seed(config, resuming), "reading the secret noise seed"
+                lambda: run_dir.noise_seed(run, resuming), "reading the secret noise seed"
             )
         )
         run_id = distributed.broadcast_int(
@@ -169,7 +166,7 @@ def build_run(
 
     # 3. Corpus.
     with timer.phase("start-up: corpus"):
-        corpus = pieces.load_corpus(run)
+        corpus = pieces.load_corpus(run.data)
         if corpus_transform is not None:
             corpus = corpus_transform(corpus)
 
@@ -220,7 +217,7 @@ def build_run(
         )
     # The starting model's claim is fixed when the run starts: a resumed run, decode
     # and export read it back, never the base model's record again.
-    pretrained = pretrained_privacy.claim_at_start(config, run_dir, resuming=resuming)
+    pretrained = pretrained_privacy.claim_at_start(run, run_dir, resuming=resuming)
     # Written once: a resumed run keeps the record (rewriting it risks it for nothing).
     if pretrained is not None and (not resuming or run_dir.read_pretrained() is None):
         distributed.on_primary(
@@ -233,9 +230,9 @@ def build_run(
     with timer.phase("start-up: model init"):
         root = jax.random.key(run.seed)
         model, model_config, params = pieces.build_model(
-            run, tokenizer, jax.random.fold_in(root, 0)
+            run.model, tokenizer, jax.random.fold_in(root, 0)
         )
-        trainable, frozen = pieces.split_trainable(run, params)
+        trainable, frozen = pieces.split_trainable(run.model, params)
         if plan.private and plan.noise_mode == core.noise.SECURE:
             _check_secure_noise(plan, trainable)
         tx = steps.make_optimizer(run.train, plan.num_steps)
@@ -281,7 +278,7 @@ def build_run(
         lots = bridge.ShuffledLots(lot_indices, plan.expected_lot_size, seed=sampler_seed)
 
     return RunPieces(
-        config=config,
+        config=run,
         files=RunFiles(run_dir, manager, resuming, run_id),
         secrets=RunSecrets(noise_seed),
         data=RunData(corpus, tokenizer, tokenized, train_examples, split_stats),

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from dpnmt import auditing, core
+from dpnmt.config import RunConfig
 from dpnmt.training import pieces, run_dir
 from tests.markers import needs_data
 from tests.small_configs import load_config
@@ -40,7 +41,7 @@ def fixed_os_seed(monkeypatch):
 def public_text(tmp_path_factory):
     """Public vocabulary text: the corpus's test split and the canary templates."""
     path = tmp_path_factory.mktemp("vocab") / "public.txt"
-    corpus = pieces.load_corpus(audit_config("nonprivate", None))
+    corpus = pieces.load_corpus(RunConfig.of(audit_config("nonprivate", None)).data)
     lines = [text for row in corpus["test"]["translation"] for text in row.values()]
     templates = ["customer 0 1 2 account number", "my account number is 3 4 5 6 7 8 9"]
     path.write_text("\n".join(lines + templates * 20) + "\n")
@@ -78,7 +79,7 @@ def audit_config(variant, vocabulary_text, *, epochs=200, learning_rate=1e-2):
 def test_nonprivate_run_memorises_repeated_canaries(tmp_path, public_text):
     config = audit_config("nonprivate", public_text, epochs=20, learning_rate=3e-3)
     options = auditing.AuditOptions(repeats=8, **OPTIONS)
-    report = auditing.run_audit(config, str(tmp_path), options, canary_seed=3)
+    report = auditing.run_audit(RunConfig.of(config), str(tmp_path), options, canary_seed=3)
     membership = report["membership"]
     # Held-out secrets sit near the unlearnt mean of 1/ln 2 = 1.44 bits (max 6.64).
     assert report["held_out"]["exposure_mean"] < 2.5
@@ -113,7 +114,7 @@ def test_dp_run_lower_bound_respects_its_claim(tmp_path, public_text, fixed_os_s
     # Fewer epochs than the noise-free run below (time); still a DP run claiming ε = 1.
     config = audit_config("eps1", public_text, epochs=20)
     report = auditing.run_audit(
-        config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
+        RunConfig.of(config), str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
     )
     membership = report["membership"]
     assert membership["claimed_epsilon"] == pytest.approx(EPS1_CLAIM, rel=1e-2)
@@ -141,7 +142,7 @@ def test_a_step_without_noise_is_caught(tmp_path, public_text, monkeypatch, fixe
     monkeypatch.setattr(core.dp_step, "release", noiseless)
     config = audit_config("eps1", public_text, epochs=300, learning_rate=5e-3)
     report = auditing.run_audit(
-        config, str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
+        RunConfig.of(config), str(tmp_path), auditing.AuditOptions(**OPTIONS), canary_seed=3
     )
     membership = report["membership"]
     assert membership["claimed_epsilon"] == pytest.approx(EPS1_CLAIM, rel=1e-2)

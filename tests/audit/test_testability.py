@@ -7,6 +7,7 @@ import pytest
 from scipy import special
 
 from dpnmt import auditing
+from dpnmt.config import RunConfig
 from tests.small_configs import load_config
 
 CONFIDENCE, DELTA = 0.95, 1e-8
@@ -112,23 +113,23 @@ def tiny_config(variant):
 
 
 def test_forecast_claim_composes_dp_sgd_target_and_dp_vocabulary():
-    epsilon, delta = auditing.forecast_claim(tiny_config("eps8"))
+    epsilon, delta = auditing.forecast_claim(RunConfig.of(tiny_config("eps8")))
     assert epsilon == pytest.approx(11.72, abs=0.01)  # The trained run reports 11.72.
     assert delta == pytest.approx(1.1e-8)
-    assert auditing.forecast_claim(tiny_config("nonprivate"))[0] == math.inf
+    assert auditing.forecast_claim(RunConfig.of(tiny_config("nonprivate")))[0] == math.inf
     config = tiny_config("eps8")
     config.tokenizer.kind = "sentencepiece_public"
-    assert auditing.forecast_claim(config) == (8.0, 1e-8)
+    assert auditing.forecast_claim(RunConfig.of(config)) == (8.0, 1e-8)
     config.dp.target_epsilon, config.dp.noise_multiplier = None, 1.0
-    assert auditing.forecast_claim(config) == (None, 1e-8)
+    assert auditing.forecast_claim(RunConfig.of(config)) == (None, 1e-8)
 
 
 def test_forecast_claim_counts_the_vocabulary_that_tokenizer_kind_auto_resolves_to():
     """tokenizer.kind=auto trains a DP-SentencePiece vocabulary from scratch: its ε counts."""
-    explicit = auditing.forecast_claim(tiny_config("eps8"))
+    explicit = auditing.forecast_claim(RunConfig.of(tiny_config("eps8")))
     config = tiny_config("eps8")
     config.tokenizer.kind = "auto"
-    assert auditing.forecast_claim(config) == explicit
+    assert auditing.forecast_claim(RunConfig.of(config)) == explicit
 
 
 def test_audit_plan_says_untestable_before_training():

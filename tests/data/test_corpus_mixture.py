@@ -6,6 +6,7 @@ import os
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.data import corpora
 from dpnmt.errors import ConfigError, InputError
 from dpnmt.training import preflight
@@ -99,29 +100,33 @@ def _config(corpus: str, *, private: bool, weights=()):
 
 def test_a_private_run_over_several_corpora_or_weights_is_refused(two, tmp_path):
     a, b = two
-    problems = preflight.config_problems(_config(f"{a},{b}", private=True), device_count=1)
+    problems = preflight.config_problems(
+        RunConfig.of(_config(f"{a},{b}", private=True)), device_count=1
+    )
     assert any("accounting for mixing" in p for p in problems), problems
     for weights in ((2.0,), (1.0,)):  # Any weights at all: (1.0,) is no exception.
         weighted = _config(a, private=True, weights=weights)
-        problems = preflight.config_problems(weighted, device_count=1)
+        problems = preflight.config_problems(RunConfig.of(weighted), device_count=1)
         assert any("accounting for mixing" in p for p in problems), (weights, problems)
-    assert not preflight.config_problems(_config(f"{a},{b}", private=False), device_count=1)
+    assert not preflight.config_problems(
+        RunConfig.of(_config(f"{a},{b}", private=False)), device_count=1
+    )
     # Refused before anything is written: the workdir is never created.
     from dpnmt.training import setup
 
     workdir = tmp_path / "run"
     with pytest.raises(ConfigError, match="accounting for mixing"):
-        setup.build_run(_config(f"{a},{b}", private=True), str(workdir))
+        setup.build_run(RunConfig.of(_config(f"{a},{b}", private=True)), str(workdir))
     assert not os.path.exists(workdir)
 
 
 def test_weights_must_match_the_corpora(two):
     a, b = two
     problems = preflight.config_problems(
-        _config(f"{a},{b}", private=False, weights=(1.0,)), device_count=1
+        RunConfig.of(_config(f"{a},{b}", private=False, weights=(1.0,))), device_count=1
     )
     assert any("1 weights for 2 corpora" in p for p in problems), problems
     problems = preflight.config_problems(
-        _config(f"{a},{b}", private=False, weights=(1.0, 0.0)), device_count=1
+        RunConfig.of(_config(f"{a},{b}", private=False, weights=(1.0, 0.0))), device_count=1
     )
     assert any("> 0" in p for p in problems), problems

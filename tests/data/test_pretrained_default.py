@@ -3,6 +3,7 @@
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.training import pieces
 
@@ -24,7 +25,9 @@ def model_dir(tmp_path_factory):
 def test_name_or_path_alone_uses_the_models_tokenizer(model_dir, tmp_path):
     config = config_lib.base_config()  # tokenizer.kind left at its default
     config.model.name_or_path = model_dir
-    tokenizer, record = pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
+    tokenizer, record = pieces.build_tokenizer(
+        RunConfig.of(config), None, str(tmp_path), noise_seed=None
+    )
     assert isinstance(tokenizer, tokenizers.HFTokenizer) and record.kind == "pretrained"
     assert not list(tmp_path.iterdir())  # No vocabulary learnt or saved.
 
@@ -39,7 +42,7 @@ def test_a_new_vocabulary_for_a_pretrained_model_is_refused(model_dir, tmp_path,
     config.model.name_or_path = model_dir
     config.tokenizer.kind = kind
     with pytest.raises(ValueError, match="embedding rows belong to its own vocabulary"):
-        pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
+        pieces.build_tokenizer(RunConfig.of(config), None, str(tmp_path), noise_seed=None)
     assert not list(tmp_path.iterdir())
 
 
@@ -49,8 +52,8 @@ def test_the_up_front_check_refuses_a_new_vocabulary_for_a_pretrained_model(mode
     config = config_lib.base_config()
     config.model.name_or_path = model_dir
     config.tokenizer.kind = "dp_sentencepiece"
-    problems = preflight.config_problems(config, device_count=1)
+    problems = preflight.config_problems(RunConfig.of(config), device_count=1)
     assert any("embedding rows belong to its own vocabulary" in p for p in problems), problems
     config.tokenizer.kind = "auto"
     config.dp.target_epsilon = 8.0
-    assert not preflight.config_problems(config, device_count=1)
+    assert not preflight.config_problems(RunConfig.of(config), device_count=1)

@@ -101,7 +101,7 @@ def test_a_run_copies_the_public_vocabulary_into_its_workdir(tmp_path, cache):
     config.tokenizer.vocab_size = 300
     no_private = {"train": {"translation": []}}  # The public vocabulary reads none of it.
     tokenizer, record = pieces.build_tokenizer(
-        config, no_private, str(tmp_path / "run"), noise_seed=None
+        RunConfig.of(config), no_private, str(tmp_path / "run"), noise_seed=None
     )
     assert record.epsilon == 0.0
     assert (tmp_path / "run" / "tokenizer.model").exists()
@@ -128,11 +128,11 @@ def test_the_private_corpus_is_refused_as_public_however_it_is_named(tmp_path, m
     monkeypatch.setenv("DPNMT_DATA_DIR", str(tmp_path / "data"))
     for name in (f"files:{private}", "files:private", f"detok:files:{private}/"):
         problems = preflight.config_problems(
-            _private_config(private, f"files:{public},{name}"), device_count=1
+            RunConfig.of(_private_config(private, f"files:{public},{name}")), device_count=1
         )
         assert any("private training data" in p for p in problems), (name, problems)
     fine = _private_config(private, "files:public")
-    assert not preflight.config_problems(fine, device_count=1)
+    assert not preflight.config_problems(RunConfig.of(fine), device_count=1)
 
 
 def _partial_copy(folder, private, rows):
@@ -164,10 +164,10 @@ def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypat
         ("files:public,files:some", "'files:some' holds more than 1% of the distinct de sent"),
     ]
     for public, expected in cases:
-        assert not preflight.config_problems(config(public), device_count=1), public
+        assert not preflight.config_problems(RunConfig.of(config(public)), device_count=1), public
         workdir = tmp_path / "run"
         with pytest.raises(ConfigError) as error:
-            setup.build_run(config(public), str(workdir))
+            setup.build_run(RunConfig.of(config(public)), str(workdir))
         message = str(error.value)
         assert expected in message and "not public" in message, message
         assert "distinct en sentences" in message and "dp_sentencepiece" in message
@@ -176,7 +176,9 @@ def test_the_private_corpus_is_refused_as_public_by_its_text(tmp_path, monkeypat
     # Public text sharing no sentence, or under 1% of a side, is accepted.
     for public in ("files:public", "files:public,files:few"):
         workdir = tmp_path / "fine"
-        preflight.check_run(config(public), str(workdir), load_corpus=pieces.load_corpus)
+        preflight.check_run(
+            RunConfig.of(config(public)), str(workdir), load_corpus=pieces.load_corpus
+        )
         assert not workdir.exists()
 
 
@@ -257,7 +259,7 @@ def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refu
     dp = _private_config(private, f"files:{public}")
     dp.data.validation_size = 20
     dp = RunConfig.of(dp)
-    own = pieces.load_corpus(dp)
+    own = pieces.load_corpus(dp.data)
 
     def problems(measure, split):
         options = public_checks.measure_options(dp.data, measure)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dpnmt import core
+from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import noise_to_signal
 from dpnmt.training import loop
@@ -88,7 +89,7 @@ def test_run_measurement_lands_in_private_when_validation_is_carved(tmp_path):
     config.data.max_eval_examples = config.data.max_test_examples = 4
     config.model.d_model, config.model.d_ff, config.model.d_kv = 32, 64, 8
     config.eval.max_new_tokens = 4
-    loop.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(RunConfig.of(config), str(workdir))
 
     path, result = noise_to_signal.write_run(str(workdir), max_examples=20)
     # The WMT sample's validation split is carved from its (private) train split.
@@ -111,5 +112,5 @@ def test_run_measurement_lands_in_private_when_validation_is_carved(tmp_path):
     table = noise_to_signal.format_table(result)
     config.dp.enabled = False  # A non-private run has no noise to compare: refused.
     with pytest.raises(ConfigError, match="non-private run"):
-        noise_to_signal.measure_run(config, str(workdir))
+        noise_to_signal.measure_run(RunConfig.of(config), str(workdir))
     assert "| initial |" in table and "| trained |" in table

@@ -22,6 +22,7 @@ import optax
 import pytest
 
 from dpnmt import config_lib, models
+from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.training import pieces
 from tests.markers import needs_data
@@ -70,7 +71,7 @@ def public_text(tmp_path_factory):
 def _initial_loss(config, tokenizer, sides) -> float:
     """Mean per-token cross-entropy of a fresh model (no dropout) on real pairs."""
     model, model_config, params = pieces.build_model(
-        config, tokenizer, jax.random.PRNGKey(config.seed)
+        RunConfig.of(config).model, tokenizer, jax.random.PRNGKey(config.seed)
     )
     sources = tokenizer.encode(sides["de"][:NUM_PAIRS], max_length=config.data.max_source_length)
     labels = tokenizer.encode(sides["en"][:NUM_PAIRS], max_length=config.data.max_target_length)

@@ -14,6 +14,7 @@ XLA_FLAGS (devices per process) and PYTHONPATH (this worktree).
 import sys
 
 from dpnmt import distributed
+from dpnmt.config import RunConfig
 from dpnmt.training import loop
 
 
@@ -102,7 +103,7 @@ def main(argv):
     # one-process reference too) uses it, so results compare like for like.
     jax.config.update("jax_disable_most_optimizations", True)
     _record_encoded_train_rows(workdir, int(process_id))
-    loop.train_and_evaluate(small_config(), workdir, stop_after_steps=stop_after)
+    loop.train_and_evaluate(RunConfig.of(small_config()), workdir, stop_after_steps=stop_after)
 
 
 ENCODED_ROWS = "encoded_train_rows_{}.txt"

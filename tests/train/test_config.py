@@ -1,5 +1,6 @@
 """Config files and `:variant` strings resolve to the documented values."""
 
+import copy
 import inspect
 import json
 import pathlib
@@ -8,8 +9,10 @@ import re
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.config import sections as config_sections
+from dpnmt.errors import ConfigError
 from dpnmt.training import preflight, run_dir
 from tests.small_configs import config_module
 
@@ -83,7 +86,9 @@ def test_every_config_file_passes_validation(name, variant, monkeypatch):
 
     # The hub is offline in tests: answer as it does for google/mt5-small (no dpnmt.json).
     monkeypatch.setattr(pretrained, "find_file", lambda name_or_path, filename: None)
-    problems = preflight.config_problems(_load(name).get_config(variant), device_count=8)
+    problems = preflight.config_problems(
+        RunConfig.of(_load(name).get_config(variant)), device_count=8
+    )
     if name == "files":  # Its corpus folder is a placeholder the user sets.
         assert len(problems) == 1 and problems[0].startswith("data.corpus='files:data'")
     else:
@@ -121,14 +126,16 @@ def test_a_field_newer_than_the_workdir_binds_only_off_its_default(tmp_path):
     del published["model"]["finetune"]  # As written before the field existed.
     (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     (tmp_path / run_dir.CHECKPOINT_DIR / "1").mkdir(parents=True)
-    assert run_dir.binding_changes(str(tmp_path), config) == []
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == []
     config.model.finetune = "bias"
-    assert run_dir.binding_changes(str(tmp_path), config) == ["model.finetune"]
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == ["model.finetune"]
     del published["train"]["learning_rate"]  # A field the workdir has and the code lost...
     published["train"]["no_longer_a_field"] = 1  # ...or one the code no longer knows.
     (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     config.model.finetune = "all"
-    assert run_dir.binding_changes(str(tmp_path), config) == ["train.no_longer_a_field"]
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == [
+        "train.no_longer_a_field"
+    ]
 
 
 def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
@@ -136,13 +143,59 @@ def test_noise_mode_is_an_enum_and_old_workdirs_stay_float(tmp_path):
     config = config_lib.base_config()
     assert config.dp.noise_mode == "float"
     config.dp.noise_mode = "secure_mode"
-    problems = preflight.config_problems(config, device_count=8)
+    problems = preflight.config_problems(RunConfig.of(config), device_count=8)
     assert any(p.startswith("dp.noise_mode='secure_mode' is unknown") for p in problems)
     config.dp.noise_mode = "float"
     published = json.loads(config.to_json_best_effort())
     del published["dp"]["noise_mode"]  # As written before the field existed.
     (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     (tmp_path / run_dir.CHECKPOINT_DIR / "1").mkdir(parents=True)
-    assert run_dir.binding_changes(str(tmp_path), config) == []
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == []
     config.dp.noise_mode = "secure"  # Resuming it with other noise would change the run.
-    assert run_dir.binding_changes(str(tmp_path), config) == ["dp.noise_mode"]
+    assert run_dir.binding_changes(str(tmp_path), RunConfig.of(config)) == ["dp.noise_mode"]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.py")))
+def test_config_json_from_the_run_config_is_the_config_dicts(name):
+    """config.json is written from the RunConfig (issue 28): the same content the ConfigDict
+    wrote (`to_json_best_effort`, noise seed removed), so published runs and their binding
+    stay as they were."""
+    try:
+        config = _load(name).get_config("eps5,shuffle")
+    except ValueError:  # A public stage: non-private only.
+        config = _load(name).get_config("nonprivate")
+    config.noise_seed = 12345
+    before = copy.deepcopy(config)
+    with before.unlocked():
+        before.noise_seed = None
+    assert config_lib.published_config(RunConfig.of(config)) == json.loads(
+        before.to_json_best_effort()
+    )
+
+
+def test_read_config_refuses_every_unknown_field_with_the_closest():
+    """A config file's typo (ConfigDicts take new fields) is named at the edge, not ignored."""
+    config = config_lib.base_config()
+    config.dp.epsilon = 3.0
+    config.train.lerning_rate = 1.0
+    with pytest.raises(ConfigError) as error:
+        preflight.read_config(config)
+    text = str(error.value)
+    assert "no field dp.epsilon; did you mean dp.target_epsilon?" in text
+    assert "no field train.lerning_rate; did you mean train.learning_rate?" in text
+    assert preflight.read_config(config_lib.base_config()) == RunConfig()
+
+
+def test_a_typo_and_other_problems_come_in_one_message(tmp_path):
+    """A misspelt field does not hide the config's other problems or the workdir's."""
+    config = config_lib.base_config()
+    config.train.lerning_rate = 1.0
+    config.dp.delta = 2.0  # Not a probability.
+    workdir = tmp_path / "a_file"
+    workdir.write_text("")  # A file where the workdir should be.
+    with pytest.raises(ConfigError) as error:
+        preflight.read_config(config, str(workdir))
+    text = str(error.value)
+    assert "did you mean train.learning_rate?" in text
+    assert "dp.delta" in text
+    assert str(workdir) in text

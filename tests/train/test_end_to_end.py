@@ -15,6 +15,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpnmt import bridge
+from dpnmt.config import RunConfig
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import loop, metrics
 from tests.markers import needs_data
@@ -47,9 +48,11 @@ def poisson_runs(tmp_path_factory):
     whole = tmp_path_factory.mktemp("whole")
     split = tmp_path_factory.mktemp("split")
     config = small_config("eps8")
-    results = loop.train_and_evaluate(config, str(whole))
-    partial = loop.train_and_evaluate(small_config("eps8"), str(split), stop_after_steps=5)
-    resumed = loop.train_and_evaluate(small_config("eps8"), str(split))
+    results = loop.train_and_evaluate(RunConfig.of(config), str(whole))
+    partial = loop.train_and_evaluate(
+        RunConfig.of(small_config("eps8")), str(split), stop_after_steps=5
+    )
+    resumed = loop.train_and_evaluate(RunConfig.of(small_config("eps8")), str(split))
     return whole, split, results, partial, resumed
 
 
@@ -95,7 +98,7 @@ def test_workdir_with_a_different_config_is_refused(poisson_runs):
     other = small_config("eps8")
     other.train.learning_rate = 0.5
     with pytest.raises(ValueError, match="different config.*learning_rate"):
-        loop.train_and_evaluate(other, str(whole))
+        loop.train_and_evaluate(RunConfig.of(other), str(whole))
 
 
 def test_decode_writes_hypotheses_scores_and_privacy(poisson_runs):
@@ -119,7 +122,7 @@ def test_decode_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_shuffle_run_reports_the_no_amplification_bound(tmp_path):
-    results = loop.train_and_evaluate(small_config("eps8,shuffle"), str(tmp_path))
+    results = loop.train_and_evaluate(RunConfig.of(small_config("eps8,shuffle")), str(tmp_path))
     report = results["privacy"]
     assert report["sampling"] == "shuffle" and "replace one" in report["adjacency"]
     assert report["steps_done"] == 600 // 48  # One epoch of full lots.
@@ -134,7 +137,7 @@ def test_nonprivate_run_learns(tmp_path):
     config = small_config("nonprivate")
     config.train.num_epochs = 3
     config.train.profile = True
-    results = loop.train_and_evaluate(config, str(tmp_path))
+    results = loop.train_and_evaluate(RunConfig.of(config), str(tmp_path))
     assert not results["privacy"]["private"]
     # A non-private run's profile is published beside results.json.
     profile = json.loads((tmp_path / "profile.json").read_text())
@@ -174,7 +177,7 @@ def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monk
     config.dp.secure_rng = True
     config.train.eval_every_steps = 2
     config.train.checkpoint_every_steps = 1000
-    loop.train_and_evaluate(config, str(tmp_path), stop_after_steps=5)
+    loop.train_and_evaluate(RunConfig.of(config), str(tmp_path), stop_after_steps=5)
     published = [step for kind, step in events if kind == "publish"]
     assert published == [0, 2, 4]  # Step 0: the initial model's loss, before any lot.
     published.remove(0)
@@ -225,7 +228,7 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_
     def first_lot_key(noise_seed, name):
         config.noise_seed = noise_seed
         calls.clear()
-        loop.train_and_evaluate(config, str(tmp_path / name), stop_after_steps=1)
+        loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / name), stop_after_steps=1)
         assert [shape for shape, _, _ in calls[:warmup]] == list(buckets.shapes)
         assert all(real == 0 for _, real, _ in calls[:warmup])  # Padding only.
         assert calls[warmup][1] > 0  # Then the first lot's real rows.

@@ -8,6 +8,7 @@ import datasets
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.config import fields as config_fields_lib
 from dpnmt.errors import ConfigError, InputError
 from dpnmt.evaluation import decode as decode_lib
@@ -70,7 +71,7 @@ def test_bad_field_fails_before_the_workdir_is_made(tmp_path, field, value, fix)
     config[group][name] = value
     workdir = tmp_path / "run"
     with pytest.raises(ConfigError) as error:
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     message = str(error.value)
     assert "\n" not in message and message.startswith(field), message
     assert fix in message
@@ -80,7 +81,7 @@ def test_bad_field_fails_before_the_workdir_is_made(tmp_path, field, value, fix)
 def test_every_problem_is_reported_at_once(tmp_path):
     config = _config(tmp_path)
     config.train.optimizer, config.dp.l2_clip = "adamm", -1.0
-    problems = preflight.config_problems(config, device_count=1)
+    problems = preflight.config_problems(RunConfig.of(config), device_count=1)
     assert sorted(p.split("=")[0] for p in problems) == ["dp.l2_clip", "train.optimizer"]
 
 
@@ -88,7 +89,7 @@ def test_private_run_without_target_or_sigma_is_refused(tmp_path):
     config = _config(tmp_path)
     config.dp.target_epsilon = config.dp.noise_multiplier = None
     with pytest.raises(ConfigError, match="dp.target_epsilon.*dp.noise_multiplier"):
-        loop.train_and_evaluate(config, str(tmp_path / "run"))
+        loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -96,7 +97,7 @@ def test_lot_size_not_below_n_fails_after_reading_text_only(tmp_path):
     config = _config(tmp_path)
     config.train.expected_lot_size = 120  # N = 120 pairs.
     with pytest.raises(ConfigError, match=r"train.expected_lot_size=120 must be in \[1, N=120\)"):
-        loop.train_and_evaluate(config, str(tmp_path / "run"))
+        loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -104,14 +105,14 @@ def test_unreachable_target_epsilon_fails_before_anything_is_written(tmp_path):
     config = _config(tmp_path)
     config.dp.noise_multiplier, config.dp.target_epsilon = None, 1e-9
     with pytest.raises(ConfigError, match=r"dp.target_epsilon=1e-09 is unreachable.*N=120"):
-        loop.train_and_evaluate(config, str(tmp_path / "run"))
+        loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
 def test_a_sweep_folder_is_not_a_train_workdir(tmp_path):
     (tmp_path / "sweep.json").write_text("{}")
     with pytest.raises(ConfigError, match="is a sweep folder"):
-        loop.train_and_evaluate(_config(tmp_path), str(tmp_path))
+        loop.train_and_evaluate(RunConfig.of(_config(tmp_path)), str(tmp_path))
     assert not (tmp_path / run_dir.CONFIG_FILE).exists()
 
 
@@ -133,27 +134,27 @@ def test_rerun_with_the_fix_proceeds_and_a_vocabulary_binds_only_its_fields(tmp_
     config = _config(tmp_path)
     config.train.optimizer = "adamm"
     with pytest.raises(ConfigError):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     assert not workdir.exists()
     config.train.optimizer = "adam"
     _stop_after_vocabulary(monkeypatch)
     with pytest.raises(_Stop):  # Past validation, the config and the vocabulary.
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     assert (workdir / run_dir.TOKENIZER_FILE).exists()
     assert (workdir / run_dir.CONFIG_FILE).exists()
     config.train.learning_rate *= 2  # The vocabulary does not depend on it.
     with pytest.raises(_Stop):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     config.tokenizer.vocab_size *= 2  # It does: learning again would spend privacy again.
     with pytest.raises(ConfigError, match=r"fields differ: tokenizer.vocab_size: run "):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     config.tokenizer.vocab_size //= 2
     # Once a session trained a step (its metrics may be out), every field binds.
     (workdir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 5, "epsilon": 0.1}\n')
     config.train.learning_rate *= 2
     resume_hint = r"train.learning_rate: run .*resume with the run's values: --config.train"
     with pytest.raises(ConfigError, match=rf"fields differ: {resume_hint}.learning_rate="):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
 
 
 def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
@@ -161,7 +162,7 @@ def test_unreachable_hub_model_says_to_use_a_local_path(tmp_path):
     config.tokenizer.kind = "pretrained"
     config.model.name_or_path = "google/mt5-small"  # The hub is offline in tests.
     with pytest.raises(OSError, match="local directory"):
-        pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None)
+        pieces.build_tokenizer(RunConfig.of(config), None, str(tmp_path), noise_seed=None)
 
 
 def test_decode_of_a_folder_without_a_run_is_refused(tmp_path):
@@ -171,14 +172,16 @@ def test_decode_of_a_folder_without_a_run_is_refused(tmp_path):
 
 def test_decode_without_a_checkpoint_names_the_real_flag(tmp_path):
     with pytest.raises(InputError, match="--zero_shot") as error:
-        decode_lib.restore_params(config_lib.base_config(), str(tmp_path), {})
+        decode_lib.restore_params(RunConfig.of(config_lib.base_config()), str(tmp_path), {})
     assert "--pretrained" not in str(error.value)
 
 
 def test_saved_vocabulary_is_required_when_not_learning(tmp_path):
     config = config_lib.base_config()  # dp_sentencepiece
     with pytest.raises(FileNotFoundError, match="not learnt again"):
-        pieces.build_tokenizer(config, None, str(tmp_path), noise_seed=None, learn=False)
+        pieces.build_tokenizer(
+            RunConfig.of(config), None, str(tmp_path), noise_seed=None, learn=False
+        )
 
 
 def test_a_fixed_noise_seed_in_a_private_run_is_refused_before_anything_is_written(tmp_path):
@@ -188,7 +191,7 @@ def test_a_fixed_noise_seed_in_a_private_run_is_refused_before_anything_is_writt
     config.noise_seed = 12345
     workdir = tmp_path / "run"
     with pytest.raises(ValueError, match=r"config\.noise_seed .*testing_only_fixed_noise_seed"):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     assert not workdir.exists()
 
 
@@ -196,12 +199,12 @@ def test_the_test_only_switch_needs_a_seed_and_a_nonprivate_run_may_fix_one():
     config = config_lib.make_config("eps8")
     config.testing_only_fixed_noise_seed_NO_PRIVACY = True
     with pytest.raises(ValueError, match="needs config.noise_seed"):
-        config_lib.check_noise_seed(config)
+        config_lib.check_noise_seed(RunConfig.of(config))
     config.noise_seed = 3
-    config_lib.check_noise_seed(config)  # Allowed: the run then reports ε = ∞.
+    config_lib.check_noise_seed(RunConfig.of(config))  # Allowed: the run then reports ε = ∞.
     nonprivate = config_lib.make_config("nonprivate")
     nonprivate.noise_seed = 3
-    config_lib.check_noise_seed(nonprivate)  # ε = ∞ anyway.
+    config_lib.check_noise_seed(RunConfig.of(nonprivate))  # ε = ∞ anyway.
 
 
 def _pairs_corpus(num_pairs=400):
@@ -234,7 +237,7 @@ def test_saved_tokenizer_without_record_is_never_relearnt(tmp_path, monkeypatch)
     saved = b"the run's own tokenizer.model bytes"
     (tmp_path / run_dir.TOKENIZER_FILE).write_bytes(saved)
     try:
-        pieces.build_tokenizer(config, _pairs_corpus(), str(tmp_path), noise_seed=0)
+        pieces.build_tokenizer(RunConfig.of(config), _pairs_corpus(), str(tmp_path), noise_seed=0)
     except Exception:  # noqa: BLE001 - refusing (or failing to load) is fine.
         pass
     assert not relearnt, "a workdir's DP vocabulary was learnt again from private data"
@@ -292,7 +295,7 @@ def test_public_vocabulary_text_that_is_the_private_corpus_is_refused(tmp_path, 
         config.tokenizer.public_text_paths = (str(public / "news.txt"), path)
         workdir = tmp_path / "run"
         with pytest.raises(ConfigError) as error:
-            loop.train_and_evaluate(config, str(workdir))
+            loop.train_and_evaluate(RunConfig.of(config), str(workdir))
         message = str(error.value)
         assert message.startswith(f"tokenizer.public_text_paths: {path}") and how in message
         assert "train split" in message and "dp_sentencepiece" in message
@@ -306,7 +309,7 @@ def test_public_vocabulary_text_that_is_the_private_corpus_is_refused(tmp_path, 
         config.tokenizer.kind = "sentencepiece_public"
         config.tokenizer.public_text_paths = paths
         with pytest.raises(_Stop):
-            loop.train_and_evaluate(config, str(tmp_path / f"ok-{variant}"))
+            loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / f"ok-{variant}"))
 
 
 def test_delta_at_least_one_over_n_is_refused_before_anything_is_written(tmp_path, monkeypatch):
@@ -324,7 +327,7 @@ def test_delta_at_least_one_over_n_is_refused_before_anything_is_written(tmp_pat
     config = _config(tmp_path)  # N = 120: 1/N = 0.00833.
     config.dp.delta = 0.01
     with pytest.raises(ConfigError) as error:
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     message = str(error.value)
     assert message.startswith("dp.delta=0.01 + tokenizer.dp_delta=1e-09: total δ=0.01 is at ")
     assert "least 1/N = 0.00833 (N=120 training pairs" in message
@@ -332,9 +335,9 @@ def test_delta_at_least_one_over_n_is_refused_before_anything_is_written(tmp_pat
     # The total δ counts: DP-SGD's and the DP vocabulary's each below 1/N, not together.
     config.dp.delta = config.tokenizer.dp_delta = 0.005
     with pytest.raises(ConfigError, match=r"dp.delta=0.005 \+ tokenizer.dp_delta=0.005: total"):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     assert not workdir.exists() and not learnt  # Nothing written, no vocabulary ε spent.
     config.dp.allow_large_delta = True  # The explicit override.
     with pytest.raises(_Stop):
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     assert learnt and (workdir / run_dir.CONFIG_FILE).exists()

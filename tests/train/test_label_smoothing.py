@@ -15,6 +15,7 @@ import pytest
 
 from dpnmt import models, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
+from dpnmt.config import RunConfig
 from dpnmt.training import pieces, setup, steps
 from tests.markers import needs_data
 from tests.small_configs import small_config, tiny_model_config
@@ -26,7 +27,9 @@ VOCAB, PAD = 40, 0
 def tiny():
     config = tiny_model_config()
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=1)
-    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
+    model, model_config, params = pieces.build_model(
+        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    )
     return model, model_config, params
 
 
@@ -105,7 +108,7 @@ def test_smoothed_loss_ignores_padding_positions(tiny):
 def test_run_trains_on_the_smoothed_loss_and_validates_on_plain_cross_entropy(tmp_path):
     config = small_config("nonprivate")
     config.train.label_smoothing = 0.1
-    run = setup.build_run(config, str(tmp_path / "run"))
+    run = setup.build_run(RunConfig.of(config), str(tmp_path / "run"))
     params = models.merge_params(run.model.trainable, run.model.frozen)
     row = run.data.tokenized["validation"][0]
     example = {

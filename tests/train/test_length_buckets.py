@@ -15,6 +15,7 @@ import pytest
 
 from dpnmt import bridge, config_lib, core, training
 from dpnmt.bridge.dataset import INPUT_IDS, LABELS
+from dpnmt.config import RunConfig
 from dpnmt.training import pieces, preflight, run_dir
 from tests.small_configs import small_plan, tiny_model_config
 
@@ -45,7 +46,9 @@ def tiny():
     config = tiny_model_config()
     config.model.dropout_rate = 0.0  # Dropout off: the same sum whatever the row order.
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
-    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
+    model, model_config, params = pieces.build_model(
+        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    )
     # Clip 0.1, below the per-example norms: clipping is active.
     plan = small_plan(sigma=1.0, clip=0.1, lot_size=12, steps_per_epoch=8)
     mesh = bridge.make_data_mesh(jax.devices()[:1])
@@ -133,14 +136,18 @@ def test_padding_rows_of_a_bucketed_microbatch_contribute_exactly_zero(tiny):
 def test_config_check_names_the_field_and_the_fix():
     config = config_lib.base_config()
     assert config.data.length_buckets == "auto"
-    assert not [p for p in preflight.config_problems(config) if "length_buckets" in p]
+    assert not [p for p in preflight.config_problems(RunConfig.of(config)) if "length_buckets" in p]
     config.data.length_buckets = "16,32"  # Below max_source_length = 64.
-    (problem,) = [p for p in preflight.config_problems(config) if "length_buckets" in p]
+    (problem,) = [
+        p for p in preflight.config_problems(RunConfig.of(config)) if "length_buckets" in p
+    ]
     assert problem.startswith("data.length_buckets='16,32'") and "end the list with 64" in problem
     config.data.length_buckets = "16,64"
     config.data.tokenize_train = "per_lot"
-    (problem,) = [p for p in preflight.config_problems(config) if "length_buckets" in p]
+    (problem,) = [
+        p for p in preflight.config_problems(RunConfig.of(config)) if "length_buckets" in p
+    ]
     assert "data.tokenize_train='upfront'" in problem and "data.length_buckets='none'" in problem
     config.data.length_buckets = "auto"  # Auto: off per lot, not an error.
-    assert not [p for p in preflight.config_problems(config) if "length_buckets" in p]
+    assert not [p for p in preflight.config_problems(RunConfig.of(config)) if "length_buckets" in p]
     assert "data.length_buckets" in run_dir.NOT_BINDING_FIELDS  # A resume may change it.

@@ -17,6 +17,7 @@ import optax
 import pytest
 
 from dpnmt import bridge, config_lib, core, models, release, training
+from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
 from dpnmt.training import loop, pieces, preflight
@@ -27,7 +28,9 @@ from tests.small_configs import small_plan, tiny_model_config
 def _model_problems(**fields):
     config = config_lib.make_config("eps8")
     config.model.update(fields)
-    return [p for p in preflight.config_problems(config, device_count=1) if "model." in p]
+    return [
+        p for p in preflight.config_problems(RunConfig.of(config), device_count=1) if "model." in p
+    ]
 
 
 def test_config_checks_name_the_field_and_the_fix(tmp_path):
@@ -79,8 +82,10 @@ def _tiny_lora_config():
 def test_lot_step_clips_noises_and_optimizes_only_the_adapters():
     config = _tiny_lora_config()
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
-    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
-    trainable, frozen = pieces.split_trainable(config, params)
+    model, model_config, params = pieces.build_model(
+        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    )
+    trainable, frozen = pieces.split_trainable(RunConfig.of(config).model, params)
     trainable_paths = {"/".join(k) for k in traverse_util.flatten_dict(trainable)}
     assert trainable_paths and all(models.is_adapter(p) for p in trainable_paths)
     assert not any(models.is_adapter("/".join(k)) for k in traverse_util.flatten_dict(frozen))
@@ -127,9 +132,9 @@ def test_bias_only_on_t5_is_refused_at_build_too():
     config = _tiny_lora_config()
     config.model.update(finetune="bias", lora_rank=0)
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
-    _, _, params = pieces.build_model(config, tokenizer, jax.random.key(0))
+    _, _, params = pieces.build_model(RunConfig.of(config).model, tokenizer, jax.random.key(0))
     with pytest.raises(ConfigError, match="model.finetune='bias' trains only bias terms"):
-        pieces.split_trainable(config, params)
+        pieces.split_trainable(RunConfig.of(config).model, params)
 
 
 @pytest.mark.slow
@@ -146,14 +151,14 @@ def test_lora_run_resumes_translates_and_exports_merged(tmp_path):
     config.train.eval_every_steps = 0
     config.model.update(finetune="lora", lora_rank=4, lora_alpha=8.0, lora_targets="q,v,wo")
     workdir = str(tmp_path / "run")
-    loop.train_and_evaluate(config, workdir, stop_after_steps=1)
-    results = loop.train_and_evaluate(config, workdir)  # Resumes from step 1.
+    loop.train_and_evaluate(RunConfig.of(config), workdir, stop_after_steps=1)
+    results = loop.train_and_evaluate(RunConfig.of(config), workdir)  # Resumes from step 1.
     assert results["finished"] and results["steps_done"] >= 2
 
-    tokenizer, _, model_config, params, _, _ = decode.load_trained(config, workdir)
+    tokenizer, _, model_config, params, _, _ = decode.load_trained(RunConfig.of(config), workdir)
     assert model_config.lora == models.LoRASpec(4, 8.0, ("q", "v", "wo"))
     _, _, initial = pieces.build_model(
-        config, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
+        RunConfig.of(config).model, tokenizer, jax.random.fold_in(jax.random.key(config.seed), 0)
     )
     trained, start = traverse_util.flatten_dict(params), traverse_util.flatten_dict(initial)
     assert trained.keys() == start.keys()

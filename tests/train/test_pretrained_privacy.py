@@ -14,6 +14,7 @@ import jax
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.data import hf_tokenizer, tokenizers
 from dpnmt.errors import ConfigError
 from dpnmt.models import export
@@ -48,7 +49,9 @@ def model_folder(tmp_path_factory):
     config = config_lib.make_config("nonprivate")
     config.model.update(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1)
     config.model.num_heads = 2
-    _, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
+    _, model_config, params = pieces.build_model(
+        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    )
     export.save_pretrained(params, model_config, str(folder))
     hf_tokenizer.save_tokenizer(tokenizer, str(folder))
     return folder
@@ -87,7 +90,7 @@ def _stop_before_tokenizing(monkeypatch):
 def test_a_private_export_is_composed_into_the_run_total(model_folder, tmp_path):
     export_folder = _export(model_folder, tmp_path, _record())
     config = _config(tmp_path, export_folder)
-    run = setup.build_run(config, str(tmp_path / "run"))
+    run = setup.build_run(RunConfig.of(config), str(tmp_path / "run"))
     # Recorded at start-up (published): a resumed run keeps it, whatever the base becomes.
     recorded = json.loads((tmp_path / "run" / "pretrained.json").read_text())
     assert recorded == json.loads(json.dumps(run.privacy.pretrained.to_json()))
@@ -95,7 +98,7 @@ def test_a_private_export_is_composed_into_the_run_total(model_folder, tmp_path)
     from dpnmt.training import pretrained_privacy, run_dir  # noqa: PLC0415
 
     resumed = pretrained_privacy.claim_at_start(
-        config, run_dir.RunDir(str(tmp_path / "run")), resuming=True
+        RunConfig.of(config), run_dir.RunDir(str(tmp_path / "run")), resuming=True
     )
     assert resumed == run.privacy.pretrained and resumed.epsilon == EXPORT_EPSILON
     assert run.privacy.pretrained.dpnmt_export and run.privacy.pretrained.composed
@@ -135,7 +138,7 @@ def test_an_export_without_a_finite_guarantee_is_refused_before_anything_is_writ
     config = _config(tmp_path, _export(model_folder, tmp_path, record))
     workdir = tmp_path / "run"
     with pytest.raises(ConfigError) as error:
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     message = str(error.value)
     assert message.startswith("model.name_or_path=") and why in message
     assert "model.pretrained_data_disjoint=True" in message
@@ -146,7 +149,7 @@ def test_data_declared_disjoint_are_not_composed_and_the_report_says_so(model_fo
     record = _record(private=False)  # A public stage: non-private on public text.
     config = _config(tmp_path, _export(model_folder, tmp_path, record))
     config.model.pretrained_data_disjoint = True
-    run = setup.build_run(config, str(tmp_path / "run"))
+    run = setup.build_run(RunConfig.of(config), str(tmp_path / "run"))
     report = privacy_report(
         run.privacy.plan,
         run.privacy.plan.num_steps,
@@ -163,12 +166,12 @@ def test_a_model_that_is_not_a_dpnmt_export_carries_no_record(model_folder, tmp_
     from dpnmt.training import pretrained_privacy  # noqa: PLC0415 - the module under test.
 
     config = _config(tmp_path, str(model_folder))
-    claim = pretrained_privacy.pretrained_claim(config)
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config))
     assert not claim.dpnmt_export and not claim.composed and claim.record is None
     assert "outside this report" in claim.note
     config.model.name_or_path = None
     config.model.pretrained_data_disjoint = True  # Declares nothing: refused, not ignored.
-    (problem,) = pretrained_privacy.pretrained_problems(config)
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert problem.startswith("model.pretrained_data_disjoint=True")
 
 
@@ -202,10 +205,10 @@ def test_an_out_of_range_record_is_no_finite_guarantee(tmp_path, change):
     folder.mkdir()
     (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
     config = _config(tmp_path, str(folder))
-    (problem,) = pretrained_privacy.pretrained_problems(config)
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert "is not a number" in problem and "model.pretrained_data_disjoint=True" in problem
     config.model.pretrained_data_disjoint = True  # Declared disjoint: not composed, accepted.
-    assert pretrained_privacy.pretrained_problems(config) == []
+    assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []
     assert pretrained_privacy.claimed_by_export(_record()) == (EXPORT_EPSILON, EXPORT_DELTA)
 
 
@@ -236,7 +239,7 @@ def test_an_export_given_by_hub_id_is_composed(tmp_path, monkeypatch):
     pretrained_privacy = _pretrained_privacy()
     _hub_cache(tmp_path, monkeypatch, {"dpnmt.json": json.dumps({"privacy": _record()})})
     config = _config(tmp_path, HUB_ID)
-    claim = pretrained_privacy.pretrained_claim(config)
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config))
     assert claim.dpnmt_export and claim.composed
     assert (claim.epsilon, claim.delta) == (EXPORT_EPSILON, EXPORT_DELTA)
 
@@ -247,26 +250,26 @@ def test_a_hub_model_whose_record_cannot_be_read_is_refused_not_called_no_export
     pretrained_privacy = _pretrained_privacy()
     _hub_cache(tmp_path, monkeypatch, {"config.json": "{}"})  # Cached, dpnmt.json never asked.
     config = _config(tmp_path, HUB_ID)
-    (problem,) = pretrained_privacy.pretrained_problems(config)
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert problem.startswith(f"model.name_or_path={HUB_ID!r}: cannot read the model's dpnmt.json")
     assert "model.pretrained_data_disjoint=True" in problem and "reachable" in problem
     # Fetching the record comes first; the declaration only where it is true.
     assert problem.index("hf_hub_download") < problem.index("Only if its training data")
     with pytest.raises(ConfigError):
-        pretrained_privacy.pretrained_claim(config)
+        pretrained_privacy.pretrained_claim(RunConfig.of(config))
     config.model.pretrained_data_disjoint = True
-    claim = pretrained_privacy.pretrained_claim(config)
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config))
     assert claim.declared_disjoint and not claim.composed and "could not be read" in claim.note
     assert str(tmp_path) not in claim.note  # Published: no cache path.
     nonprivate = _config(tmp_path, HUB_ID, variant="nonprivate")
-    assert pretrained_privacy.pretrained_problems(nonprivate) == []
-    assert not pretrained_privacy.pretrained_claim(nonprivate).composed
+    assert pretrained_privacy.pretrained_problems(RunConfig.of(nonprivate)) == []
+    assert not pretrained_privacy.pretrained_claim(RunConfig.of(nonprivate)).composed
 
 
 def test_a_hub_model_known_to_have_no_record_is_not_a_dpnmt_export(tmp_path, monkeypatch):
     pretrained_privacy = _pretrained_privacy()
     _hub_cache(tmp_path, monkeypatch, {"config.json": "{}", "dpnmt.json": None})
-    claim = pretrained_privacy.pretrained_claim(_config(tmp_path, HUB_ID))
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(_config(tmp_path, HUB_ID)))
     assert not claim.dpnmt_export and not claim.composed and "outside this report" in claim.note
 
 
@@ -295,7 +298,7 @@ def test_an_export_for_another_adjacency_is_composed_with_a_note(tmp_path, sampl
     record = {**_record(), "adjacency": export_adjacency}
     (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
     config.model.name_or_path = str(folder)
-    claim = pretrained_privacy.pretrained_claim(config)
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config))
     assert claim.composed and claim.adjacency == export_adjacency
     report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
     assert report.total_epsilon == pytest.approx(report.dp_sgd_epsilon + EXPORT_EPSILON)
@@ -305,7 +308,7 @@ def test_an_export_for_another_adjacency_is_composed_with_a_note(tmp_path, sampl
     # The same relation: no note.
     record["adjacency"] = report.adjacency
     (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
-    claim = pretrained_privacy.pretrained_claim(config)
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config))
     report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
     assert "neighbouring" not in report.composition
 
@@ -313,7 +316,6 @@ def test_an_export_for_another_adjacency_is_composed_with_a_note(tmp_path, sampl
 def _export_trained_on(model_folder, tmp_path, corpus_config, record):
     """An export whose dpnmt.json records the training corpora of `corpus_config`'s run,
     as `dpnmt.release.export_run` writes them (`corpus_record.training_corpora`)."""
-    from dpnmt.config import RunConfig  # noqa: PLC0415
     from dpnmt.data import corpus_record  # noqa: PLC0415
 
     folder = _export(model_folder, tmp_path, record)
@@ -338,7 +340,7 @@ def test_declaring_disjoint_an_export_trained_on_this_run_s_corpus_is_refused(
     config.model.pretrained_data_disjoint = True
     workdir = tmp_path / "run"
     with pytest.raises(ConfigError) as error:
-        loop.train_and_evaluate(config, str(workdir))
+        loop.train_and_evaluate(RunConfig.of(config), str(workdir))
     message = str(error.value)
     assert message.startswith("model.pretrained_data_disjoint=True declares model.name_or_path=")
     assert "['files:corpus']" in message and "Unset model.pretrained_data_disjoint" in message
@@ -361,7 +363,7 @@ def test_an_export_trained_on_a_copy_of_this_run_s_corpus_found_here_is_refused(
     folder, _ = _export_trained_on(model_folder, tmp_path, private, _record())  # Names only.
     config.model.name_or_path = folder
     config.model.pretrained_data_disjoint = True
-    (problem,) = pretrained_privacy.pretrained_problems(config)
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert "the same corpus as this run's private corpus" in problem
     # A reordered copy elsewhere, recorded by a name found here: refused by its text.
     rows = (root / "corpus" / "train.tsv").read_text().splitlines()
@@ -372,8 +374,10 @@ def test_an_export_trained_on_a_copy_of_this_run_s_corpus_found_here_is_refused(
     private.data.corpus = "files:copy"
     shutil.rmtree(tmp_path / "exported")
     folder, _ = _export_trained_on(model_folder, tmp_path, private, _record())
-    assert pretrained_privacy.pretrained_problems(config) == []  # Another name.
-    (problem,) = pretrained_privacy.declared_text_problems(config, pieces.load_corpus(config))
+    assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []  # Another name.
+    (problem,) = pretrained_privacy.declared_text_problems(
+        RunConfig.of(config), pieces.load_corpus(RunConfig.of(config).data)
+    )
     assert "['files:copy']: the text of this run's private corpus" in problem
 
 
@@ -390,13 +394,13 @@ def test_an_export_trained_on_another_corpus_may_be_declared_disjoint(model_fold
     folder, recorded = _export_trained_on(model_folder, tmp_path, public_stage, _record(False))
     config = _config(tmp_path, folder)
     config.model.pretrained_data_disjoint = True
-    corpus = pieces.load_corpus(config)
+    corpus = pieces.load_corpus(RunConfig.of(config).data)
     digest = corpus_record.text_digest(corpus["train"])
     assert recorded[0]["train_text_digest"] != digest  # Same name "files:corpus", other text.
-    assert pretrained_privacy.declared_text_problems(config, corpus) == []
-    claim = pretrained_privacy.pretrained_claim(config)
+    assert pretrained_privacy.declared_text_problems(RunConfig.of(config), corpus) == []
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config))
     assert claim.declared_disjoint and not claim.composed
     # An export that records nothing (older, or not dpnmt's): the declaration is the user's.
     (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(False)}))
-    assert pretrained_privacy.declared_text_problems(config, corpus) == []
-    assert pretrained_privacy.pretrained_problems(config) == []
+    assert pretrained_privacy.declared_text_problems(RunConfig.of(config), corpus) == []
+    assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []

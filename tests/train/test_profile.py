@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from dpnmt import config_lib
+from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.training import compilation_cache, run_dir
 from dpnmt.training.profile import PhaseTimer, format_table
@@ -128,15 +129,15 @@ def test_profile_and_cache_do_not_bind_a_workdir(tmp_path):
     """A trained workdir resumes with profiling or the cache switched; other changes are refused."""
     config = config_lib.make_config("eps8")
     folder = run_dir.RunDir(str(tmp_path))
-    folder.bind_config(config)
+    folder.bind_config(RunConfig.of(config))
     (tmp_path / run_dir.CHECKPOINT_DIR).mkdir()
     (tmp_path / run_dir.CHECKPOINT_DIR / "5").mkdir()  # A checkpoint binds every other field.
     config.train.profile = True
     config.train.compilation_cache = "off"
-    folder.bind_config(config)
+    folder.bind_config(RunConfig.of(config))
     config.train.log_every_steps += 1
     with pytest.raises(ValueError, match=r"fields differ: train.log_every_steps: run "):
-        folder.bind_config(config)
+        folder.bind_config(RunConfig.of(config))
 
 
 def test_a_cache_inside_the_published_workdir_is_refused(tmp_path):

@@ -18,6 +18,7 @@ import tempfile
 
 import pytest
 
+from dpnmt.config import RunConfig
 from dpnmt.training import loop, run_dir
 from tests.markers import needs_data
 from tests.small_configs import smaller_config
@@ -49,7 +50,7 @@ def run(tmp_path_factory):
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     try:
-        results = loop.train_and_evaluate(c, str(workdir))
+        results = loop.train_and_evaluate(RunConfig.of(c), str(workdir))
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
@@ -159,7 +160,7 @@ def decoded(run):
     workdir = run[0]
     config = decode.load_run_config(str(workdir))
     for split in ("test", "validation"):
-        decode.decode_and_score(config, str(workdir), split=split, max_examples=2)
+        decode.decode_and_score(RunConfig.of(config), str(workdir), split=split, max_examples=2)
     return workdir
 
 

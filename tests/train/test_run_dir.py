@@ -7,6 +7,7 @@ import os
 import pytest
 
 from dpnmt import config_lib, privacy
+from dpnmt.config import RunConfig
 from dpnmt.data.tokenizers import VocabularyRecord
 from dpnmt.errors import InputError
 from dpnmt.training import run_dir
@@ -53,23 +54,23 @@ def test_declaring_pretrained_data_disjoint_is_refused_once_the_run_has_started(
     config = config_lib.make_config("eps8")
     config.model.name_or_path = "someone/dp-export"
     workdir = run_dir.RunDir(str(tmp_path / "run"))
-    workdir.bind_config(config)
+    workdir.bind_config(RunConfig.of(config))
     config.model.pretrained_data_disjoint = True  # Before any checkpoint: a corrected config.
-    workdir.bind_config(config)
+    workdir.bind_config(RunConfig.of(config))
     config.model.pretrained_data_disjoint = False
-    workdir.bind_config(config)
+    workdir.bind_config(RunConfig.of(config))
     (tmp_path / "run" / run_dir.CHECKPOINT_DIR / "2").mkdir(parents=True)  # Started.
     config.model.pretrained_data_disjoint = True
     with pytest.raises(ConfigError, match=r"model\.pretrained_data_disjoint: run False, now True"):
-        workdir.bind_config(config)
+        workdir.bind_config(RunConfig.of(config))
     # A run from before the field existed resumes with it at its default, not set.
     published = json.loads((tmp_path / "run" / run_dir.CONFIG_FILE).read_text())
     del published["model"]["pretrained_data_disjoint"]
     (tmp_path / "run" / run_dir.CONFIG_FILE).write_text(json.dumps(published))
     with pytest.raises(ConfigError, match=r"pretrained_data_disjoint: run '\(absent\)', now True"):
-        workdir.bind_config(config)
+        workdir.bind_config(RunConfig.of(config))
     config.model.pretrained_data_disjoint = False
-    workdir.bind_config(config)
+    workdir.bind_config(RunConfig.of(config))
 
 
 def _events(path):

@@ -15,6 +15,7 @@ import pytest
 
 from dpnmt import bridge, core, training
 from dpnmt.bridge.dataset import INPUT_IDS, INPUT_LENGTH, LABEL_LENGTH, LABELS
+from dpnmt.config import RunConfig
 from dpnmt.training import pieces
 from tests.small_configs import small_plan, tiny_model_config
 
@@ -27,7 +28,9 @@ def tiny():
     config = tiny_model_config()
     config.model.dropout_rate = 0.0
     tokenizer = types.SimpleNamespace(vocab_size=VOCAB, pad_id=PAD, eos_id=EOS)
-    model, model_config, params = pieces.build_model(config, tokenizer, jax.random.key(0))
+    model, model_config, params = pieces.build_model(
+        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    )
     plan = small_plan()
     tx = optax.sgd(1.0)
     steps = training.make_lot_step(

@@ -40,6 +40,7 @@ import pytest
 
 from dpnmt import training
 from dpnmt.bridge import dataset
+from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.training import pieces
 from tests.markers import needs_data
@@ -160,7 +161,9 @@ def test_training_loss_ignores_padding_labels():
     """The loss the runs above optimise counts only an example's own target tokens."""
     c = small_config()
     tokenizer = _FixedVocabulary(vocab_size=50)
-    model, model_config, params = pieces.build_model(c, tokenizer, jax.random.PRNGKey(0))
+    model, model_config, params = pieces.build_model(
+        RunConfig.of(c).model, tokenizer, jax.random.PRNGKey(0)
+    )
     example = {
         dataset.INPUT_IDS: jnp.array([5, 6, 7, 1, 0, 0], jnp.int32),
         dataset.INPUT_LENGTH: jnp.array(4, jnp.int32),
