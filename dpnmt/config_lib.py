@@ -22,7 +22,7 @@ from dpnmt.config.run import (  # noqa: F401 - the eval schedule's constants, re
     FIXED_SEED_SWITCH,
     RunConfig,
 )
-from dpnmt.errors import ConfigError
+from dpnmt.errors import raise_problems
 
 # Privacy variants: target ε of DP-SGD (None = non-private training).
 PRIVACY_VARIANTS: dict[str, float | None] = {
@@ -216,22 +216,9 @@ def check_noise_seed(run: RunConfig) -> None:
     """Refuses a fixed `noise_seed` in a private run unless the test-only switch is on.
 
     Raises:
-      ConfigError: one line naming `noise_seed` and the fix (the seed's value is
-        not repeated: logs may be published).
+      ConfigError: `run.noise_seed_problems()`, one line each.
     """
-    fixed, switch = run.noise_seed is not None, run.testing_only_fixed_noise_seed_NO_PRIVACY
-    if switch and not fixed:
-        raise ConfigError(
-            f"config.{FIXED_SEED_SWITCH}=True needs config.noise_seed; drop the switch for a "
-            "run with a secret seed."
-        )
-    if fixed and run.dp.enabled and not switch:
-        raise ConfigError(
-            "config.noise_seed is set for a private run: anyone holding it rebuilds every noise "
-            "draw, lot and the vocabulary noise (true ε = ∞). Drop --config.noise_seed (a "
-            f"128-bit seed is drawn from the OS), or for tests only set config.{FIXED_SEED_SWITCH}"
-            "=True (every report then says ε = ∞)."
-        )
+    raise_problems(run.noise_seed_problems())
 
 
 def fixed_noise_seed(config: ml_collections.ConfigDict) -> bool:

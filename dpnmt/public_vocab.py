@@ -54,7 +54,8 @@ def main(argv):
     """Resolves the spec from --config and the flags, then builds and prints it."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run = RunConfig.of(_CONFIG.value) if _CONFIG.value is not None else None
+    # Checked: a misspelt field (data.corpuss) must not leave the private corpus unnamed.
+    run = RunConfig.parse(_CONFIG.value) if _CONFIG.value is not None else None
     if run is not None:
         raise_problems(
             public_checks.public_corpora_problems(run.tokenizer, run.data, run.dp)

@@ -94,7 +94,12 @@ class RunConfig:
 
     @classmethod
     def of(cls, config: "RunConfig | ml_collections.ConfigDict | dict") -> "RunConfig":
-        """`config` as a RunConfig, unchecked (fields this version does not know ignored)."""
+        """`config` as a RunConfig, unchecked (fields this version does not know ignored).
+
+        For records already checked when written (a run's config.json) and
+        tests; a user's config goes through `parse` (or the apps'
+        `preflight.read_config`), which refuses a misspelt field.
+        """
         return config if isinstance(config, RunConfig) else cls.build(config)[0]
 
     @classmethod
@@ -115,7 +120,28 @@ class RunConfig:
         for field in dataclasses.fields(self):
             if _section_type(field.name) is not None:
                 problems += getattr(self, field.name).problems()
-        return problems + self._tokenizer_problems()
+        return problems + self._tokenizer_problems() + self.noise_seed_problems()
+
+    def noise_seed_problems(self) -> list[str]:
+        """A fixed `noise_seed` in a private run, unless the test-only switch is on.
+
+        Each line names `noise_seed` and the fix; the seed's value is not
+        repeated (logs may be published).
+        """
+        fixed, switch = self.noise_seed is not None, self.testing_only_fixed_noise_seed_NO_PRIVACY
+        if switch and not fixed:
+            return [
+                f"config.{FIXED_SEED_SWITCH}=True needs config.noise_seed; drop the switch for a "
+                "run with a secret seed."
+            ]
+        if fixed and self.dp.enabled and not switch:
+            return [
+                "config.noise_seed is set for a private run: anyone holding it rebuilds every "
+                "noise draw, lot and the vocabulary noise (true ε = ∞). Drop --config.noise_seed "
+                f"(a 128-bit seed is drawn from the OS), or for tests only set config."
+                f"{FIXED_SEED_SWITCH}=True (every report then says ε = ∞)."
+            ]
+        return []
 
     @property
     def tokenizer_kind(self) -> str:

@@ -61,7 +61,7 @@ def resolve_settings() -> Settings:
     """The config's values (if --config), each overridden by its plain flag when given."""
     settings = Settings()
     if _CONFIG.value is not None:
-        data, model = (run := RunConfig.of(_CONFIG.value)).data, run.model
+        data, model = (run := RunConfig.parse(_CONFIG.value)).data, run.model
         pretrained = run.tokenizer.kind == "pretrained" and model.name_or_path
         settings = Settings(
             corpus=data.corpus,

@@ -43,7 +43,9 @@ def train_and_evaluate(
 
     Args:
       config: the resolved experiment config (`preflight.read_config` of the
-        ConfigDict of `dpnmt.config_lib`); checked before anything is written.
+        ConfigDict of `dpnmt.config_lib`, or `RunConfig.parse`); its values
+        are checked before anything is written. Build it with one of those two:
+        `RunConfig.of` ignores misspelt fields (their defaults apply).
       workdir: output folder: config.json, tokenizer, checkpoints, results.json.
       stop_after_steps: end this session after this step (checkpointed), as if
         interrupted; rerunning resumes. None trains to the end.

@@ -43,7 +43,8 @@ def read_config(config: ml_collections.ConfigDict, workdir: str | None = None) -
     """
     run, unknown = RunConfig.build(config)
     if unknown:
-        raise_problems([*unknown, *run.problems(), *workdir_problems(workdir, run)])
+        workdir_lines = workdir_problems(workdir, run) if workdir is not None else []
+        raise_problems([*unknown, *run.problems(), *workdir_lines])
     return run
 
 

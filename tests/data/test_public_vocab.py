@@ -291,3 +291,28 @@ def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refu
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
     assert done.returncode != 0 and "holds about 100%" in done.stderr, done.stderr[-2000:]
     assert not cache.exists()
+
+
+def test_the_app_refuses_a_config_file_with_a_misspelt_field(tmp_path, cache):
+    """`data.corpuss` must not leave the private corpus at its default, unnamed by the checks."""
+    private = _corpus(tmp_path / "private", seed=1)
+    config_file = tmp_path / "typo.py"
+    config_file.write_text(
+        "from dpnmt import config_lib\n\n\ndef get_config():\n"
+        "    c = config_lib.base_config()\n"
+        f"    c.data.corpuss = 'files:{private}'\n"
+        "    return c\n"
+    )
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    command = [
+        sys.executable,
+        "-m",
+        "dpnmt.public_vocab",
+        f"--config={config_file}",
+        f"--measure=files:{private}",
+        "--measure_split=train",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    assert done.returncode != 0 and "did you mean data.corpus?" in done.stderr, done.stderr[-2000:]
+    assert not cache.exists()

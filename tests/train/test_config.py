@@ -199,3 +199,24 @@ def test_a_typo_and_other_problems_come_in_one_message(tmp_path):
     assert "did you mean train.learning_rate?" in text
     assert "dp.delta" in text
     assert str(workdir) in text
+
+
+def test_read_config_without_a_workdir_names_only_the_config_problems():
+    config = config_lib.base_config()
+    config.train.lerning_rate = 1.0
+    with pytest.raises(ConfigError) as error:
+        preflight.read_config(config)
+    assert "did you mean train.learning_rate?" in str(error.value)
+    assert "--workdir" not in str(error.value)
+
+
+def test_a_fixed_noise_seed_in_a_private_run_is_a_config_problem():
+    """So every static check (the audit's before its canaries are written) refuses it."""
+    config = config_lib.base_config()
+    config.dp.enabled = True
+    config.noise_seed = 7
+    problems = RunConfig.build(config)[0].problems()
+    assert any("config.noise_seed is set for a private run" in p for p in problems)
+    assert "7" not in " ".join(p for p in problems if "noise_seed" in p)
+    config.testing_only_fixed_noise_seed_NO_PRIVACY = True
+    assert not RunConfig.build(config)[0].noise_seed_problems()
