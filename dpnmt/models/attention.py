@@ -62,6 +62,23 @@ def write_cache(cache: chex.Array, new: chex.Array, index: chex.Array) -> chex.A
     return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (zero, index, zero, zero))
 
 
+def follow_history(cache: chex.Array, history: chex.Array) -> chex.Array:
+    """Each row's keys or values along its own history: out[i, t] = cache[history[i, t], t].
+
+    Beam search writes every step's keys into the row of the beam that computed
+    them and reorders beams through `history` alone: one gather per use instead
+    of copying the whole cache every step.
+
+    Args:
+        cache: [batch, max_len, heads, head_dim].
+        history: [batch, max_len] int32 rows of `cache`.
+
+    Returns:
+        [batch, max_len, heads, head_dim].
+    """
+    return cache[history, jnp.arange(cache.shape[1])[None, :]]
+
+
 def padding_mask(attention_mask: chex.Array | None, batch: int, length: int) -> chex.Array:
     """Key mask [batch, 1, 1, length] from a [batch, length] 0/1 mask (None: all ones)."""
     if attention_mask is None:

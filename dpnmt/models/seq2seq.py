@@ -126,8 +126,12 @@ class PreNormLayer(nn.Module):
         deterministic: bool = True,
         cache: Cache | None = None,
         cache_index: chex.Array | None = None,
+        history: chex.Array | None = None,
     ) -> tuple[chex.Array, Cache | None]:
         """Runs the layer on [batch, len, d_model]; with `cache`, len is 1.
+
+        `history` (beam search, with `cache`): [batch, max_len] int32, the cache
+        row holding each row's key/value at each position (`attention.follow_history`).
 
         Returns:
             The layer output and the updated cache (None without a cache).
@@ -139,6 +143,9 @@ class PreNormLayer(nn.Module):
             cache["self_k"] = attention.write_cache(cache["self_k"], key, cache_index)
             cache["self_v"] = attention.write_cache(cache["self_v"], value, cache_index)
             key, value = cache["self_k"], cache["self_v"]
+            if history is not None:
+                key = attention.follow_history(key, history)
+                value = attention.follow_history(value, history)
         out = self.self_attention(
             normed, key, value, mask=self_mask, bias=self_bias, deterministic=deterministic
         )
@@ -233,8 +240,12 @@ class Stack(nn.Module):
         index: chex.Array,
         cache: dict[str, Cache],
         encoder_attention_mask: chex.Array | None,
+        history: chex.Array | None = None,
     ) -> tuple[chex.Array, dict[str, Cache]]:
-        """One decoder position: [batch, 1, d_model] at `index` -> same shape, new cache."""
+        """One decoder position: [batch, 1, d_model] at `index` -> same shape, new cache.
+
+        `history`: see `PreNormLayer.__call__` (None: row i's cache is its own).
+        """
         layers = self._layers()
         first = cache[layers[0].name]
         key_positions = jnp.arange(first["self_k"].shape[1])
@@ -254,6 +265,7 @@ class Stack(nn.Module):
                 cross_mask=cross_mask,
                 cache=cache[layer.name],
                 cache_index=index,
+                history=history,
             )
         return self._final(x, deterministic=True), new_cache
 
@@ -364,6 +376,7 @@ class EncoderDecoder(nn.Module):
         index: chex.Array,
         cache: dict,
         attention_mask: chex.Array,
+        history: chex.Array | None = None,
     ) -> tuple[chex.Array, dict]:
         """Logits for one target position.
 
@@ -372,11 +385,15 @@ class EncoderDecoder(nn.Module):
             index: Scalar int32 target position.
             cache: From `init_cache` or the previous step.
             attention_mask: [batch, src_len] source padding mask.
+            history: Beam search: [batch, max_len] int32, row `history[i, t]` of
+                the self-attention cache holds row i's key/value at position t
+                (so beams are reordered by updating `history`, not by copying the
+                cache); None: each row's cache is its own.
 
         Returns:
             ([batch, vocab] float32 logits of the next token, updated cache).
         """
         hidden, cache = self.decoder.decode_step(
-            self._embed_tokens(token_ids[:, None]), index, cache, attention_mask
+            self._embed_tokens(token_ids[:, None]), index, cache, attention_mask, history
         )
         return self._logits(hidden)[:, 0], cache
