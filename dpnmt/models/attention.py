@@ -18,24 +18,30 @@ def dot_product_attention(
     bias: chex.Array | None = None,
     scale: float = 1.0,
     dropout: Callable[[chex.Array], chex.Array] | None = None,
+    cache_layout: bool = False,
 ) -> chex.Array:
     """Softmax attention of queries over keys, masked and optionally biased.
 
     Args:
         query: [batch, q_len, heads, head_dim].
-        key: [batch, k_len, heads, head_dim].
-        value: [batch, k_len, heads, head_dim].
+        key: [batch, k_len, heads, head_dim] ([batch, heads, head_dim, k_len]
+            with `cache_layout`).
+        value: [batch, k_len, heads, head_dim] (likewise).
         mask: Boolean, broadcastable to [batch, heads, q_len, k_len]; True where
             a query may attend to a key.
         bias: Optional additive bias broadcastable to [batch, heads, q_len, k_len]
             (T5 relative positions).
         scale: Multiplier of the query-key dot product (T5: 1, mBART: head_dim**-0.5).
         dropout: Optional function applied to the attention weights.
+        cache_layout: Keys and values come from a decoding cache, laid out
+            [batch, heads, head_dim, k_len]: the layout XLA's CPU dot wants,
+            so no step transposes the whole cache (the same arithmetic).
 
     Returns:
         [batch, q_len, heads * head_dim] attended values.
     """
-    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key) * scale
+    kv = "bhdk" if cache_layout else "bkhd"
+    scores = jnp.einsum(f"bqhd,{kv}->bhqk", query, key) * scale
     if bias is not None:
         scores = scores + bias
     scores = scores.astype(jnp.float32)
@@ -43,7 +49,7 @@ def dot_product_attention(
     weights = jax.nn.softmax(scores, axis=-1).astype(value.dtype)
     if dropout is not None:
         weights = dropout(weights)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+    out = jnp.einsum(f"bhqk,{kv}->bqhd", weights, value)
     return out.reshape(out.shape[:2] + (-1,))
 
 
@@ -51,7 +57,7 @@ def write_cache(cache: chex.Array, new: chex.Array, index: chex.Array) -> chex.A
     """Writes one step of keys or values into a static-shape cache.
 
     Args:
-        cache: [batch, max_len, heads, head_dim].
+        cache: [batch, heads, head_dim, max_len] (`to_cache_layout`).
         new: [batch, 1, heads, head_dim], the current step.
         index: Scalar int32 position to write.
 
@@ -59,7 +65,32 @@ def write_cache(cache: chex.Array, new: chex.Array, index: chex.Array) -> chex.A
         The cache with `new` at position `index`.
     """
     zero = jnp.zeros((), jnp.int32)
-    return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (zero, index, zero, zero))
+    new = to_cache_layout(new).astype(cache.dtype)
+    return jax.lax.dynamic_update_slice(cache, new, (zero, zero, zero, index))
+
+
+def to_cache_layout(states: chex.Array) -> chex.Array:
+    """[batch, len, heads, head_dim] keys or values -> [batch, heads, head_dim, len]."""
+    return jnp.transpose(states, (0, 2, 3, 1))
+
+
+def follow_history(cache: chex.Array, history: chex.Array) -> chex.Array:
+    """Keys or values along each row's history: out[i, ..., t] = cache[history[i, t], ..., t].
+
+    Beam search writes every step's keys into the row of the beam that computed
+    them and reorders beams through `history` alone: one gather per use instead
+    of copying the whole cache every step.
+
+    Args:
+        cache: [batch, heads, head_dim, max_len].
+        history: [batch, max_len] int32 rows of `cache`.
+
+    Returns:
+        [batch, heads, head_dim, max_len].
+    """
+    by_position = jnp.moveaxis(cache, -1, 1)  # [batch, max_len, heads, head_dim]
+    followed = by_position[history, jnp.arange(cache.shape[-1])[None, :]]
+    return jnp.moveaxis(followed, 1, -1)
 
 
 def padding_mask(attention_mask: chex.Array | None, batch: int, length: int) -> chex.Array:

@@ -165,6 +165,7 @@ def _beam(
     cache = model.apply(variables, encoded, length, method=model.init_cache)
     top_beam_mask = jnp.arange(keep) < beams
     lp = gen.length_penalty
+    rows = jnp.arange(batch * beams, dtype=jnp.int32)
 
     running = jnp.full((batch, beams, length), gen.pad_token_id, jnp.int32)
     state = dict(
@@ -178,12 +179,16 @@ def _beam(
         improvable=jnp.ones((batch, 1), bool),
         go_on=jnp.ones((), bool),
         cache=cache,
+        # Cache row holding each beam's keys/values per position: beams are
+        # reordered by gathering this small table, never the cache itself.
+        history=jnp.broadcast_to(rows[:, None], (batch * beams, length)),
     )
 
     def body(s):
         step = s["step"]
+        history = s["history"].at[:, step].set(rows)
         logits, cache = model.apply(
-            variables, s["prev"], step, s["cache"], mask, method=model.decode_step
+            variables, s["prev"], step, s["cache"], mask, history, method=model.decode_step
         )
         log_probs = _process(jax.nn.log_softmax(logits.astype(jnp.float32)), step, gen)
         vocab = log_probs.shape[-1]
@@ -216,13 +221,7 @@ def _beam(
         is_finished = _gather(jnp.concatenate([s["is_finished"], just_finished], 1), merged_idx)
 
         flat_parent = (parent_of_running + jnp.arange(batch)[:, None] * beams).reshape(-1)
-        cache = {
-            layer: {
-                name: (value[flat_parent] if name.startswith("self") else value)
-                for name, value in layer_cache.items()
-            }
-            for layer, layer_cache in cache.items()
-        }
+        history = history[flat_parent]
 
         # Can a running beam still beat the worst finished hypothesis?
         if gen.early_stopping == "never" and lp > 0.0:
@@ -248,6 +247,7 @@ def _beam(
             improvable=improvable,
             go_on=go_on,
             cache=cache,
+            history=history,
         )
 
     s = jax.lax.while_loop(lambda s: s["go_on"], body, state)

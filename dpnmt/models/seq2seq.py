@@ -53,16 +53,19 @@ class Attention(nn.Module):
         mask: chex.Array,
         bias: chex.Array | None,
         deterministic: bool,
+        cache_layout: bool = False,
     ) -> chex.Array:
         """Attends `hidden` [batch, q_len, d_model] over projected keys/values.
 
         Args:
             hidden: Query states.
-            key: [batch, k_len, heads, head_dim] keys.
-            value: [batch, k_len, heads, head_dim] values.
+            key: [batch, k_len, heads, head_dim] keys ([batch, heads, head_dim,
+                k_len] with `cache_layout`: from a decoding cache).
+            value: Values, laid out as `key`.
             mask: Boolean, broadcastable to [batch, heads, q_len, k_len].
             bias: Additive score bias (T5 relative positions) or None.
             deterministic: Disables dropout on the attention weights when True.
+            cache_layout: `key` and `value` come from a decoding cache.
 
         Returns:
             [batch, q_len, d_model].
@@ -75,6 +78,7 @@ class Attention(nn.Module):
             bias=bias,
             scale=self._scale(),
             dropout=lambda w: self.dropout(w, deterministic=deterministic),
+            cache_layout=cache_layout,
         )
         return self.o(out)
 
@@ -110,9 +114,13 @@ class PreNormLayer(nn.Module):
         self.dropout = dropout.Dropout(self._dropout_rate())
 
     def init_cache(self, encoded: chex.Array, max_length: int) -> Cache:
-        """Empty self-attention cache and precomputed cross-attention keys/values."""
+        """Empty self-attention cache and precomputed cross-attention keys/values.
+
+        Every entry is laid out [batch, heads, head_dim, len] (`attention.to_cache_layout`).
+        """
         cross_k, cross_v = self.cross_attention.project_kv(encoded)
-        empty = jnp.zeros((encoded.shape[0], max_length) + cross_k.shape[2:], encoded.dtype)
+        cross_k, cross_v = attention.to_cache_layout(cross_k), attention.to_cache_layout(cross_v)
+        empty = jnp.zeros(cross_k.shape[:3] + (max_length,), encoded.dtype)
         return {"self_k": empty, "self_v": empty, "cross_k": cross_k, "cross_v": cross_v}
 
     def __call__(
@@ -126,8 +134,12 @@ class PreNormLayer(nn.Module):
         deterministic: bool = True,
         cache: Cache | None = None,
         cache_index: chex.Array | None = None,
+        history: chex.Array | None = None,
     ) -> tuple[chex.Array, Cache | None]:
         """Runs the layer on [batch, len, d_model]; with `cache`, len is 1.
+
+        `history` (beam search, with `cache`): [batch, max_len] int32, the cache
+        row holding each row's key/value at each position (`attention.follow_history`).
 
         Returns:
             The layer output and the updated cache (None without a cache).
@@ -139,8 +151,17 @@ class PreNormLayer(nn.Module):
             cache["self_k"] = attention.write_cache(cache["self_k"], key, cache_index)
             cache["self_v"] = attention.write_cache(cache["self_v"], value, cache_index)
             key, value = cache["self_k"], cache["self_v"]
+            if history is not None:
+                key = attention.follow_history(key, history)
+                value = attention.follow_history(value, history)
         out = self.self_attention(
-            normed, key, value, mask=self_mask, bias=self_bias, deterministic=deterministic
+            normed,
+            key,
+            value,
+            mask=self_mask,
+            bias=self_bias,
+            deterministic=deterministic,
+            cache_layout=cache is not None,
         )
         x = x + self.dropout(out, deterministic=deterministic)
         if self.is_decoder:
@@ -150,7 +171,13 @@ class PreNormLayer(nn.Module):
             else:
                 key, value = self.cross_attention.project_kv(encoded)
             out = self.cross_attention(
-                normed, key, value, mask=cross_mask, bias=None, deterministic=deterministic
+                normed,
+                key,
+                value,
+                mask=cross_mask,
+                bias=None,
+                deterministic=deterministic,
+                cache_layout=cache is not None,
             )
             x = x + self.dropout(out, deterministic=deterministic)
         out = self.ffn(self.ffn_norm(x), deterministic=deterministic)
@@ -233,16 +260,20 @@ class Stack(nn.Module):
         index: chex.Array,
         cache: dict[str, Cache],
         encoder_attention_mask: chex.Array | None,
+        history: chex.Array | None = None,
     ) -> tuple[chex.Array, dict[str, Cache]]:
-        """One decoder position: [batch, 1, d_model] at `index` -> same shape, new cache."""
+        """One decoder position: [batch, 1, d_model] at `index` -> same shape, new cache.
+
+        `history`: see `PreNormLayer.__call__` (None: row i's cache is its own).
+        """
         layers = self._layers()
         first = cache[layers[0].name]
-        key_positions = jnp.arange(first["self_k"].shape[1])
+        key_positions = jnp.arange(first["self_k"].shape[-1])
         query_positions = jnp.reshape(index, (1,))
         bias = self._self_bias(query_positions, key_positions)
         mask = (key_positions <= index)[None, None, None, :]
         cross_mask = attention.padding_mask(
-            encoder_attention_mask, embedded.shape[0], first["cross_k"].shape[1]
+            encoder_attention_mask, embedded.shape[0], first["cross_k"].shape[-1]
         )
         x = self._embed(embedded, query_positions, deterministic=True)
         new_cache = {}
@@ -254,6 +285,7 @@ class Stack(nn.Module):
                 cross_mask=cross_mask,
                 cache=cache[layer.name],
                 cache_index=index,
+                history=history,
             )
         return self._final(x, deterministic=True), new_cache
 
@@ -364,6 +396,7 @@ class EncoderDecoder(nn.Module):
         index: chex.Array,
         cache: dict,
         attention_mask: chex.Array,
+        history: chex.Array | None = None,
     ) -> tuple[chex.Array, dict]:
         """Logits for one target position.
 
@@ -372,11 +405,15 @@ class EncoderDecoder(nn.Module):
             index: Scalar int32 target position.
             cache: From `init_cache` or the previous step.
             attention_mask: [batch, src_len] source padding mask.
+            history: Beam search: [batch, max_len] int32, row `history[i, t]` of
+                the self-attention cache holds row i's key/value at position t
+                (so beams are reordered by updating `history`, not by copying the
+                cache); None: each row's cache is its own.
 
         Returns:
             ([batch, vocab] float32 logits of the next token, updated cache).
         """
         hidden, cache = self.decoder.decode_step(
-            self._embed_tokens(token_ids[:, None]), index, cache, attention_mask
+            self._embed_tokens(token_ids[:, None]), index, cache, attention_mask, history
         )
         return self._logits(hidden)[:, 0], cache

@@ -128,3 +128,46 @@ def test_invalid_settings_are_rejected():
         decoding.GenerationConfig(4, 0, 1, 0, num_beams=2, early_stopping="sometimes")
     with pytest.raises(ValueError, match="max_new_tokens"):
         decoding.GenerationConfig(0, 0, 1, 0)
+
+
+@pytest.mark.parametrize("kind", ["t5_v1", "mbart"])
+def test_history_reorders_beams_like_copying_the_cache(kind):
+    """Beam search reorders rows through `history`: exactly as gathering the cache would."""
+    _, config, model, params, ids, mask = _setup(kind)
+    variables = {"params": params}
+    encoded = model.apply(variables, jnp.asarray(ids), jnp.asarray(mask), method=model.encode)
+    rows = ids.shape[0]
+    own = jnp.broadcast_to(jnp.arange(rows, dtype=jnp.int32)[:, None], (rows, MAX_NEW))
+    parents = [np.array([2, 2, 0, 5, 1, 1]), np.array([3, 0, 0, 4, 5, 2])]
+    tokens = [np.array([4, 7, 9, 4, 3, 8]), np.array([6, 6, 2, 9, 4, 5]), np.array([5] * 6)]
+
+    def step(token, index, cache, history=None):
+        return model.apply(
+            variables,
+            jnp.asarray(token, jnp.int32),
+            jnp.int32(index),
+            cache,
+            jnp.asarray(mask),
+            history,
+            method=model.decode_step,
+        )
+
+    copied = history_cache = model.apply(variables, encoded, MAX_NEW, method=model.init_cache)
+    history = own
+    for index, token in enumerate(tokens):
+        history = history.at[:, index].set(own[:, index])
+        expected, copied = step(token, index, copied)
+        got, history_cache = step(token, index, history_cache, history)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+        if index < len(parents):  # reorder: copy the cache rows vs follow the history
+            copied = {
+                layer: {
+                    name: value[parents[index]] if name.startswith("self") else value
+                    for name, value in entries.items()
+                }
+                for layer, entries in copied.items()
+            }
+            history = history[parents[index]]
+    # The steps saw reordered rows: without the history the logits differ.
+    unfollowed, _ = step(tokens[-1], len(tokens) - 1, history_cache, own)
+    assert not np.array_equal(np.asarray(unfollowed), np.asarray(got))

@@ -152,9 +152,9 @@ def test_decoding_cache_is_keyed_by_decoder_layer(kind):
         f"{layers}_{i}/{name} {shape}"
         for i in range(2)
         for name, shape in (
-            ("self_k", (2, 4, heads, head_dim)),
-            ("self_v", (2, 4, heads, head_dim)),
-            ("cross_k", (2, 3, heads, head_dim)),
-            ("cross_v", (2, 3, heads, head_dim)),
+            ("self_k", (2, heads, head_dim, 4)),
+            ("self_v", (2, heads, head_dim, 4)),
+            ("cross_k", (2, heads, head_dim, 3)),
+            ("cross_v", (2, heads, head_dim, 3)),
         )
     }
