@@ -191,20 +191,24 @@ def test_public_corpora_need_the_runs_pair(tmp_path):
     assert problems and "fr-en" in problems[0], problems
 
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run_app(*flags: str) -> subprocess.CompletedProcess:
+    """`python -m dpnmt.public_vocab <flags>` from the repository, this checkout's dpnmt."""
+    command = [sys.executable, "-m", "dpnmt.public_vocab", *flags]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+
+
 def test_the_app_builds_it_ahead_and_measures_pieces_per_sentence(tmp_path, cache):
     a = _corpus(tmp_path / "a", seed=1)
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    command = [
-        sys.executable,
-        "-m",
-        "dpnmt.public_vocab",
+    done = _run_app(
         f"--corpora=files:{a}",
         "--pair=de-en",
         "--vocab_size=300",
         f"--measure=files:{a}",
-    ]
-    env = dict(os.environ, PYTHONPATH=str(repo))
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)
     assert summary["built_now"] and summary["folder"].startswith(str(cache))
@@ -220,20 +224,14 @@ def test_the_app_builds_it_ahead_and_measures_pieces_per_sentence(tmp_path, cach
 def test_the_app_refuses_to_measure_a_dp_configs_private_train_split(tmp_path, cache):
     """Statistics of a DP run's train split are private: the app measures validation instead."""
     private, public = _corpus(tmp_path / "private", seed=1), _corpus(tmp_path / "public", seed=2)
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    command = [
-        sys.executable,
-        "-m",
-        "dpnmt.public_vocab",
-        f"--config={repo / 'configs' / 'multi30k.py'}:eps8",
+    done = _run_app(
+        f"--config={REPO / 'configs' / 'multi30k.py'}:eps8",
         f"--config.data.corpus=files:{private}",
         f"--config.tokenizer.public_corpora=files:{public}",
         "--config.tokenizer.vocab_size=300",
         f"--measure=files:{private}/",  # Another spelling of the same folder.
         "--measure_split=train",
-    ]
-    env = dict(os.environ, PYTHONPATH=str(repo))
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    )
     assert done.returncode != 0 and "private training data" in done.stderr, done.stderr[-2000:]
     assert "--measure_split=validation" in done.stderr
     assert not cache.exists()  # Refused before any vocabulary is built.
@@ -274,21 +272,15 @@ def test_measuring_a_dp_configs_private_data_under_another_name_or_split_is_refu
     assert not problems(f"files:{private}", "test")  # Its own test split is public.
     assert not problems(f"files:{public}", "train")
     # The app refuses the copy before building any vocabulary.
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    command = [
-        sys.executable,
-        "-m",
-        "dpnmt.public_vocab",
-        f"--config={repo / 'configs' / 'multi30k.py'}:eps8",
+    done = _run_app(
+        f"--config={REPO / 'configs' / 'multi30k.py'}:eps8",
         f"--config.data.corpus=files:{private}",
         "--config.data.validation_size=20",
         f"--config.tokenizer.public_corpora=files:{public}",
         "--config.tokenizer.vocab_size=300",
         f"--measure=files:{tmp_path / 'copy'}",
         "--measure_split=train",
-    ]
-    env = dict(os.environ, PYTHONPATH=str(repo))
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    )
     assert done.returncode != 0 and "holds about 100%" in done.stderr, done.stderr[-2000:]
     assert not cache.exists()
 
@@ -303,16 +295,10 @@ def test_the_app_refuses_a_config_file_with_a_misspelt_field(tmp_path, cache):
         f"    c.data.corpuss = 'files:{private}'\n"
         "    return c\n"
     )
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    command = [
-        sys.executable,
-        "-m",
-        "dpnmt.public_vocab",
+    done = _run_app(
         f"--config={config_file}",
         f"--measure=files:{private}",
         "--measure_split=train",
-    ]
-    env = dict(os.environ, PYTHONPATH=str(repo))
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+    )
     assert done.returncode != 0 and "did you mean data.corpus?" in done.stderr, done.stderr[-2000:]
     assert not cache.exists()
