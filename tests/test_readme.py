@@ -1,26 +1,29 @@
-"""The README's `dpnmt.core` example runs as written, outside the project's code."""
+"""The README stays short and true; the measured tables (README and docs pages)
+are the committed runs' own. The docs' code blocks: tests/test_docs.py."""
 
 import pathlib
 import re
-import subprocess
-import sys
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+# The README and every docs page: the measured tables' markers may sit in any.
+MARKDOWN = [README, *sorted((README.parent / "docs").glob("*.md"))]
 
 
-def test_readme_core_example_runs(tmp_path):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    example = next(b for b in blocks if "from dpnmt import core" in b)
-    assert len(example.strip().splitlines()) <= 25
-    script = tmp_path / "example.py"
-    script.write_text(example)
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    match = re.search(r"σ=([\d.]+), ε=([\d.]+)", result.stdout)
-    assert match, result.stdout
-    assert 0 < float(match.group(2)) <= 2.0
+def _text() -> str:
+    return "\n".join(path.read_text() for path in MARKDOWN)
+
+
+def test_readme_is_short():
+    """A five-minute read; the rest lives in the docs pages (mkdocs.yml)."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move sections into docs/"
+
+
+def test_readme_states_the_test_command_ci_runs():
+    ci = (README.parent / ".ci" / "run").read_text()
+    command = ".venv/bin/python -m pytest -q --durations=20 tests"
+    assert f"```bash\n{command}\n```" in README.read_text()
+    assert ci.rstrip().splitlines()[-1] == command
 
 
 def test_readme_result_tables_are_the_committed_runs_results():
@@ -28,9 +31,9 @@ def test_readme_result_tables_are_the_committed_runs_results():
     # `dpnmt.report` makes from DIR (a sweep's sweep.json and its runs' results.json).
     from dpnmt.sweeps import summary
 
-    text = README.read_text()
+    text = _text()
     markers = re.findall(r"<!-- results table: (\S+) -->\n((?:\|.*\n)+)", text)
-    assert len(markers) >= 2, "the README's measured tables lost their markers"
+    assert len(markers) >= 4, "the measured tables lost their markers"
     for folder, table in markers:
         runs, _ = summary.load_runs(str(README.parent / folder))
         assert runs, folder
@@ -55,9 +58,9 @@ def test_readme_runs_tables_are_the_committed_runs_results():
     # that `dpnmt.report --runs=FOLDER,FOLDER` makes from those runs' results.json.
     from dpnmt.sweeps import runs_table
 
-    text = README.read_text()
+    text = _text()
     markers = re.findall(r"<!-- runs table: (\S+) -->\n((?:\|.*\n)+)", text)
-    assert markers, "the README's measured runs tables lost their markers"
+    assert markers, "the measured runs tables lost their markers"
     for folders, table in markers:
         paths = [str(README.parent / f) for f in folders.split(",")]
         runs, not_finished = runs_table.load_runs(paths)

@@ -109,7 +109,7 @@ def test_dp_vocab_config_is_the_committed_runs_config(cell):
 
 def test_lengths_are_measured_on_public_splits_only():
     """The docs never advise measuring a private train split; the config names its split."""
-    for path in [ROOT / "README.md", *CONFIGS]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *CONFIGS]:
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"--measure=\S+ --measure_split=train", text), path.name
     multi30k = (ROOT / "configs" / "multi30k.py").read_text(encoding="utf-8")
