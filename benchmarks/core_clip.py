@@ -7,7 +7,9 @@ Modes, each one jitted call from params and a batch to a gradient pytree:
 (`clipping="ghost"`), `jax_privacy` (`jax_privacy.clipped_grad`, when
 installed) and `hand_tensordot` (vmap(grad), norms, `min(1, C/‖g‖)`, one
 `tensordot` a leaf: the floor a per-example clip can reach, with no NaN
-safety). No noise: that costs the same whichever way the sum was clipped.
+safety) and `old_where_sum` (the same with dpnmt's summation before issue 30:
+`where` + `sum(axis=0)`, NaN-safe: before/after in one run). No noise: that
+costs the same whichever way the sum was clipped.
 
 Models: an MLP (256 → 256 → 256 → 10, batch 64, C = 1) and a small causal LM
 in Flax (vocabulary 512, width 64, 2 blocks of single-head attention and an
@@ -103,6 +105,22 @@ def _hand_tensordot(loss_fn, params, batch):
     return jax.tree.map(lambda g: jnp.tensordot(factors, g, axes=1), grads)
 
 
+def _hand_where_sum(loss_fn, params, batch):
+    """dpnmt's summation before issue 30: scale each row, `where`, `sum(axis=0)`."""
+    grads = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(params, batch)
+    leaves = jax.tree.leaves(grads)
+    rows = leaves[0].shape[0]
+    norms = jnp.sqrt(sum(jnp.sum(jnp.square(g.reshape(rows, -1)), axis=1) for g in leaves))
+    keep = jnp.isfinite(norms)
+    factors = jnp.where(keep, L2_CLIP / jnp.maximum(jnp.where(keep, norms, 1.0), L2_CLIP), 0.0)
+
+    def one(g):
+        shape = (-1,) + (1,) * (g.ndim - 1)
+        return jnp.sum(jnp.where(keep.reshape(shape), g * factors.reshape(shape), 0.0), axis=0)
+
+    return jax.tree.map(one, grads)
+
+
 def _jax_privacy(loss_fn, params, batch):
     import jax_privacy  # noqa: PLC0415 - optional: the mode is skipped when absent
 
@@ -130,6 +148,7 @@ def modes(loss_fn, params, batch) -> dict:
         "dpnmt_vmap": functools.partial(dpnmt, "vmap"),
         "dpnmt_ghost": functools.partial(dpnmt, "ghost"),
         "hand_tensordot": functools.partial(_hand_tensordot, loss_fn),
+        "old_where_sum": functools.partial(_hand_where_sum, loss_fn),
     }
     try:
         import jax_privacy  # noqa: F401, PLC0415
