@@ -24,12 +24,13 @@ from dpnmt.core.aggregation import DpAggregateState, dp_aggregate
 from dpnmt.core.clipping import clip_and_sum, count_nonfinite, per_example_l2_norms
 from dpnmt.core.dp_step import TrainState, dropout_key, init_train_state
 from dpnmt.core.noise import add_gaussian_noise, fresh_seed, key_from_seed, noise_key_for_step
-from dpnmt.core.private_grad import private_grad_sum
+from dpnmt.core.private_grad import PrivateGradSum, private_grad_sum
 
 __all__ = [
     "Accountant",
     "AccumulatorState",
     "DpAggregateState",
+    "PrivateGradSum",
     "TrainState",
     "accumulate",
     "add_gaussian_noise",

@@ -12,9 +12,12 @@ gradients themselves:
                                noise_key=noise_key)
 
 One `dp_aggregate` update releases one lot. To build a lot from fixed-shape
-micro-batches, use `dp_accumulate_aggregate`: each update adds one masked
-micro-batch and only the one with `release=True` noises and releases, so a
-lot of any size runs the same compiled program.
+micro-batches, use `dp_multi_steps(tx, ...)` (below): each update adds one
+masked micro-batch (per-example gradients, or examples with `loss_fn=` for
+ghost clipping) and only the one with `release=True` noises, releases and
+steps `tx`, so a lot of any size runs the same compiled program.
+(`dp_accumulate_aggregate`, the same without the wrapped optimizer, is
+deprecated: chained before an optimizer, that optimizer steps on its zeros.)
 
 The noise key is an argument of every `update`, never part of the state:
 optimizer state is routinely checkpointed and shared, and whoever holds the
@@ -37,6 +40,8 @@ Poisson sampling requires.
 All three are views of the core's one lot step (`dpnmt.core.dp_step`).
 """
 
+import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import chex
@@ -45,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpnmt.core import accumulation, dp_step, noise, validation
+from dpnmt.core import accumulation, dp_step, noise, private_grad, validation
 
 
 class DpAggregateState(NamedTuple):
@@ -184,7 +189,13 @@ def dp_accumulate_aggregate(
     *,
     noise_mode: str = noise.FLOAT,
 ) -> optax.GradientTransformationExtraArgs:
-    """Accumulate clipped micro-batches; noise once and divide by L when the lot ends.
+    """Deprecated (use `dp_multi_steps`): accumulate micro-batches, noise once on release.
+
+    Deprecated because it cannot compose: inside `optax.chain` the optimizer
+    after it is stepped on the zeros it returns between releases (Adam's
+    moments decay and its count advances) unless the host skips those calls.
+    `dp_multi_steps(tx, ...)` wraps the optimizer instead and steps it only on
+    the release; it also takes a `loss_fn` for ghost clipping.
 
     Call `update` once per micro-batch of the lot (the micro-batch shape is
     fixed, their number may vary from lot to lot) with `release=False`, and
@@ -217,6 +228,14 @@ def dp_accumulate_aggregate(
       scalar `release` (may be traced). The state holds no key (see
       `DpAccumulateState` for what is private in it).
     """
+    warnings.warn(
+        "dp_accumulate_aggregate is deprecated: it returns zero updates between releases, "
+        "and an optimizer chained after it steps on them. Use dp_multi_steps(tx, l2_clip=..., "
+        "noise_multiplier=..., expected_lot_size=...), which steps tx only on the release "
+        "(and takes loss_fn= for ghost clipping).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
 
     def init_fn(params):
@@ -275,23 +294,34 @@ def dp_multi_steps(
     noise_multiplier: float,
     expected_lot_size: float,
     noise_mode: str = noise.FLOAT,
+    loss_fn: Callable[..., chex.Array] | None = None,
+    clipping: str = "ghost",
+    microbatch_size: int | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """DP-SGD around an optimizer, composed like `optax.MultiSteps`: no step until the lot ends.
 
-    Each `update` adds one masked micro-batch of per-example gradients to the
-    lot (`dp_step.add_per_example_grads`). On the lot's last micro-batch
-    (`release=True`) the lot is released once (`dp_step.release`: noise
-    N(0, σ²C²) on the clipped sum, ÷ L, key `noise_key_for_step(noise_key, k)`
-    for lot k) and `tx` takes one step on it; every other call returns zero
-    updates and leaves `tx`'s state untouched, so `optax.apply_updates` may run
-    on every call (unlike a following optimizer stepping on the zeros of
-    `dp_accumulate_aggregate`). An empty Poisson lot is one call with an
-    all-zero mask and `release=True`: a noise-only step. Unlike
-    `optax.MultiSteps`, the release comes when the caller says the (Poisson,
-    random-sized) lot ends, not after a fixed count, and divides by the fixed L.
+    Each `update` adds one masked micro-batch to the lot: per-example
+    gradients (`dp_step.add_per_example_grads`), or, with `loss_fn`, the
+    micro-batch's examples themselves, clipped by `private_grad_sum` (ghost
+    clipping by default: no per-example gradients in memory). On the lot's
+    last micro-batch (`release=True`) the lot is released once
+    (`dp_step.release`: noise N(0, σ²C²) on the clipped sum, ÷ L, key
+    `noise_key_for_step(noise_key, k)` for lot k) and `tx` takes one step on
+    it; every other call returns zero updates and leaves `tx`'s state
+    untouched, so `optax.apply_updates` may run on every call (unlike a
+    following optimizer stepping on the zeros of `dp_accumulate_aggregate`).
+    An empty Poisson lot is one call with an all-zero mask and `release=True`:
+    a noise-only step. Unlike `optax.MultiSteps`, the release comes when the
+    caller says the (Poisson, random-sized) lot ends, not after a fixed count,
+    and divides by the fixed L.
 
-    For ghost clipping (no per-example gradients), use `dp_step.add_microbatch`
-    and `dp_step.apply_lot` directly: the same step.
+        tx = dp_multi_steps(optax.adam(1e-3), l2_clip=1.0, noise_multiplier=1.1,
+                            expected_lot_size=256, loss_fn=loss_fn)  # ghost clipping
+        for k, (batch, mask) in enumerate(micro_batches):  # any number, even 1
+            updates, state = tx.update(batch, state, params, noise_key=noise_key,
+                                       mask=mask, release=k == last,
+                                       dropout_key=dropout_key(dropout_base, t, k))
+            params = optax.apply_updates(params, updates)  # zeros until the release
 
     Args:
       tx: the optimizer to step on each released lot gradient.
@@ -299,25 +329,75 @@ def dp_multi_steps(
       noise_multiplier: σ >= 0.
       expected_lot_size: L, the fixed divisor (q·N under Poisson sampling), > 0.
       noise_mode: "float" or "secure" (see `noisy_average`).
+      loss_fn: None (`update` takes per-example gradients), or
+        `loss_fn(params, example[, key]) -> scalar` for ONE example (see
+        `private_grad_sum`): `update` then takes the micro-batch's examples.
+      clipping: with `loss_fn`, "ghost" (default) or "vmap": cost, not result.
+      microbatch_size: with `loss_fn`, rows per sequential clipping chunk.
 
     Returns:
-      A transformation whose `update(per_example_grads, state, params=None, *,
-      noise_key, mask=None, release)` takes one micro-batch's gradients (every
-      leaf `[b, *param.shape]`), the run's secret noise key (the same every
-      call), an optional `[b]` mask and a bool scalar `release` (may be traced);
-      `params` is passed to `tx` on release. See `DpMultiStepsState` for what
-      the state holds.
+      A transformation whose `update(updates, state, params, *, noise_key,
+      mask=None, release, dropout_key=None)` takes one micro-batch: without
+      `loss_fn`, its per-example gradients (every leaf `[b, *param.shape]`);
+      with it, its examples (a pytree, every leaf `[b, ...]`; `params` is then
+      required: the gradients are taken there, and `dropout_key` is the
+      micro-batch's secret dropout key, `dp_step.dropout_key`). `noise_key` is
+      the run's secret noise key (the same every call), `mask` an optional
+      `[b]` 0/1 (None: every row is real), `release` a bool scalar (may be
+      traced); `params` is passed to `tx` on release. See
+      `DpMultiStepsState` for what the state holds (no key).
     """
     noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
+    if loss_fn is None and (clipping != "ghost" or microbatch_size is not None):
+        raise ValueError(
+            "dp_multi_steps: clipping= and microbatch_size= apply only with loss_fn= (then "
+            "update takes the micro-batch's examples); without it, update clips the "
+            "per-example gradients it is given."
+        )
+    if clipping not in private_grad.CLIPPING_METHODS:
+        raise ValueError(f"clipping={clipping!r}: use one of {private_grad.CLIPPING_METHODS}.")
 
     def init_fn(params):
         return DpMultiStepsState(jnp.zeros((), jnp.int32), dp_step.init(params), tx.init(params))
 
-    def update_fn(updates, state, params=None, *, noise_key=None, mask=None, release, **extra_args):
+    def add(lot, updates, params, mask, dropout_key):
+        if loss_fn is None:
+            _check_per_example(updates, lot.grad_sum, "accumulator (params)")
+            return dp_step.add_per_example_grads(lot, updates, mask, l2_clip=l2_clip)
+        if params is None:
+            raise ValueError(
+                "dp_multi_steps with loss_fn= needs params in update (the gradients are "
+                "taken there): tx.update(batch, state, params, noise_key=..., release=...)."
+            )
+        if mask is None:
+            mask = jnp.ones(validation.check_batch_axis("batch", updates), jnp.int32)
+        lot, _ = dp_step.add_microbatch(
+            lot,
+            loss_fn,
+            params,
+            updates,
+            mask,
+            l2_clip=l2_clip,
+            key=dropout_key,
+            clipping=clipping,
+            microbatch_size=microbatch_size,
+        )
+        return lot
+
+    def update_fn(
+        updates,
+        state,
+        params=None,
+        *,
+        noise_key=None,
+        mask=None,
+        release,
+        dropout_key=None,
+        **extra_args,
+    ):
         del extra_args
-        _check_per_example(updates, state.accumulator.grad_sum, "accumulator (params)")
         step_key = _step_key(noise_key, state.count)
-        lot = dp_step.add_per_example_grads(state.accumulator, updates, mask, l2_clip=l2_clip)
+        lot = add(state.accumulator, updates, params, mask, dropout_key)
 
         def emit(lot, inner):
             gradient = dp_step.release(lot, step_key, **noise_args)

@@ -9,7 +9,7 @@ adding or removing one example is `l2_clip`.
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -19,6 +19,29 @@ from dpnmt.core import accumulation, ghost, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
 
 CLIPPING_METHODS = ("ghost", "vmap")
+
+
+class PrivateGradSum(NamedTuple):
+    """What `private_grad_sum` returns; unpacks as `(grad_sum, norms, mean_loss)`.
+
+    ALL THREE ARE PRIVATE. Only `grad_sum` is meant to leave, and only through
+    one noisy release per lot (`noisy_average`, `dp_step.release`).
+
+    Attributes:
+      grad_sum: sum of clipped per-example gradients (structure of `params`,
+        float32 or wider); L2 sensitivity C. PRIVATE until noised.
+      norms: float32 `[B]`, each example's unclipped gradient norm (non-finite
+        where the example was dropped). PRIVATE: each entry is a function of
+        one example, neither clipped nor noised; never log or publish it (for
+        debugging, `count_nonfinite`, or a DP mechanism of your own).
+      mean_loss: float32 scalar, the mean loss of the unmasked finite rows (0
+        when every row is masked). PRIVATE: a private run's training loss;
+        never log or publish it.
+    """
+
+    grad_sum: chex.ArrayTree
+    norms: chex.Array
+    mean_loss: chex.Array
 
 
 def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
@@ -75,8 +98,8 @@ def private_grad_sum(
     spmd_axis_name: str | None = None,
     clipping: str = "ghost",
     microbatch_size: int | None = None,
-) -> tuple[chex.ArrayTree, chex.Array, chex.Array]:
-    """Sum of clipped per-example gradients.
+) -> PrivateGradSum:
+    """Sum of clipped per-example gradients, with per-example norms and the mean loss (all PRIVATE).
 
     Both methods return the same sum (up to float32 rounding):
     `"vmap"` materialises every example's gradient with `vmap(grad)` (memory
@@ -118,9 +141,11 @@ def private_grad_sum(
         different lengths, an empty batch (B = 0), or a `loss_fn` that does not return a scalar.
 
     Returns:
-      `(grad_sum, norms, mean_loss)`: the clipped sum (structure of `params`),
-      float32 `[B]` unclipped norms, and the float32 mean loss over unmasked,
-      finite rows (0 when every row is masked).
+      `PrivateGradSum(grad_sum, norms, mean_loss)`: the clipped sum (structure
+      of `params`), float32 `[B]` unclipped norms, and the float32 mean loss
+      over unmasked, finite rows (0 when every row is masked). ALL PRIVATE: the
+      norms and the loss are un-noised functions of the examples; never log or
+      publish them, and release the sum only through one noisy release per lot.
     """
     if clipping not in CLIPPING_METHODS:
         raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
@@ -164,4 +189,4 @@ def private_grad_sum(
     counted = (mask.astype(jnp.float32) != 0) & jnp.isfinite(norms) & jnp.isfinite(losses)
     total = jnp.sum(jnp.where(counted, losses.astype(jnp.float32), 0.0))
     mean_loss = total / jnp.maximum(jnp.sum(counted.astype(jnp.float32)), 1.0)
-    return grad_sum, norms, mean_loss
+    return PrivateGradSum(grad_sum, norms, mean_loss)

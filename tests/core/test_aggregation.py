@@ -7,12 +7,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from absl.testing import absltest, parameterized
 from flax import serialization
 
 from dpnmt import core
 
 NOISE_KEY = core.key_from_seed(11, allow_fixed_seed_for_testing=True)
+
+# dp_accumulate_aggregate stays tested while deprecated (tests/core/test_multi_steps.py).
+pytestmark = pytest.mark.filterwarnings("ignore:dp_accumulate_aggregate is deprecated")
 
 
 class DpAggregateTest(absltest.TestCase):

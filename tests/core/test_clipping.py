@@ -164,6 +164,19 @@ class PrivateGradSumTest(parameterized.TestCase):
         losses = jax.vmap(self.loss_fn, in_axes=(None, 0))(self.params, self.batch)
         np.testing.assert_allclose(mean_loss, jnp.sum(losses * mask) / 4, rtol=1e-5)
 
+    def test_returns_a_named_result_whose_norms_and_loss_are_flagged_private(self):
+        result = core.private_grad_sum(self.loss_fn, self.params, self.batch, jnp.ones(6), 0.7)
+        self.assertIsInstance(result, core.PrivateGradSum)
+        grad_sum, norms, mean_loss = result  # Still unpacks as the old tuple.
+        self.assertIs(result.norms, norms)
+        self.assertIs(result.mean_loss, mean_loss)
+        chex.assert_shape(norms, (6,))
+        doc = core.PrivateGradSum.__doc__
+        for field in ("norms", "mean_loss"):
+            entry = doc.split(f"{field}:")[1].split("\n      ")[0:6]
+            self.assertIn("PRIVATE", " ".join(entry), field)
+        self.assertIn("PRIVATE", core.private_grad_sum.__doc__.splitlines()[0])
+
     @chex.variants(with_jit=True, without_jit=True)
     def test_all_masked_batch_gives_zero(self):
         grad_sum, _, mean_loss = self.variant(core.private_grad_sum, static_argnums=(0, 4))(
