@@ -8,7 +8,7 @@ from dpnmt.config import RunConfig
 from dpnmt.data import checks, dp_sentencepiece
 from dpnmt.errors import ConfigError
 from dpnmt.training import loop, pieces, preflight
-from tests.small_configs import FILES_ROWS, files_config
+from tests.small_configs import FILES_ROWS, files_config, load_config
 
 
 def _run(tmp_path, rows=120, **tokenizer):
@@ -69,3 +69,11 @@ def test_dp_words_with_more_characters_than_pieces_fail_in_one_line():
         pairs, vocab_size=274, params=params, seed=1
     )
     assert tokenizer.vocab_size == 274  # The exact need: one more and SentencePiece crashed.
+
+
+def test_the_files_config_defaults_to_a_public_vocabulary_not_a_dp_one_learnt_from_few_pairs():
+    # A DP vocabulary from 2,000 pairs kept 312 pieces and cut most sentences (issue 33).
+    run = RunConfig.of(load_config("files", "eps8"))
+    assert run.tokenizer_kind == "sentencepiece_public"
+    assert run.tokenizer.public_corpora == load_config("multi30k", "eps8").tokenizer.public_corpora
+    assert run.tokenizer.vocab_size == 8000
