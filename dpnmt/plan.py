@@ -48,7 +48,8 @@ def main(argv):
     train = TrainConfig(expected_lot_size=_LOT.value, num_epochs=_EPOCHS.value)
     raise_problems([*dp.problems(), *train.problems()])
     poisson, shuffled = privacy.plan_both_samplings(dp, train, _N.value)
-    print(f"N={_N.value:,}, L={_LOT.value:,}, {_EPOCHS.value} epochs, {_ACCOUNTANT.value}")
+    epochs = f"{_EPOCHS.value} epoch{'' if _EPOCHS.value == 1 else 's'}"
+    print(f"N={_N.value:,}, L={_LOT.value:,}, {epochs}, {_ACCOUNTANT.value}")
     for plan in (poisson, shuffled):
         print("\n".join(privacy.describe_plan(plan)))
 
