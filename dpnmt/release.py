@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from typing import Any
 
 from dpnmt import model_card
@@ -22,7 +23,7 @@ from dpnmt.config import DataConfig, EvalConfig, ModelConfig
 from dpnmt.data import corpus_record, hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
-from dpnmt.errors import ConfigError, MissingInputError, ModelUnavailableError
+from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
@@ -148,6 +149,32 @@ def _load_export(model_dir: str):
             "not be downloaded (offline, or no such model). Give the folder written by "
             "python -m dpnmt.export, or download the model where there is internet."
         ) from error
+
+
+def read_lines(path: str | None) -> list[str]:
+    """The lines of `path` (stdin when None) as UTF-8; a missing or non-UTF-8 file in one line.
+
+    Raises:
+        MissingInputError: No file at `path`.
+        InputError: The text is not UTF-8.
+    """
+    name = "stdin" if path is None else f"--input={path}"
+    try:
+        if path is None:
+            return sys.stdin.buffer.read().decode("utf-8").splitlines()
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        raise MissingInputError(
+            f"{name}: no such file; give a text file with one sentence a line, or pipe the text "
+            "on stdin (leave out --input)."
+        ) from None
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"{name} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
+            f"{error.start:,}); convert it first, e.g. "
+            "iconv -f latin1 -t utf-8 in.txt > in.utf8.txt"
+        ) from None
 
 
 def empty_translation_warning(lines: list[str], translations: list[str]) -> str | None:

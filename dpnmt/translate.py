@@ -17,7 +17,6 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from dpnmt import cli
-from dpnmt.errors import InputError, MissingInputError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's folder (latest checkpoint).")
 _MODEL = flags.DEFINE_string("model", None, "Or a folder written by python -m dpnmt.export.")
@@ -28,39 +27,13 @@ _NUM_BEAMS = flags.DEFINE_integer("num_beams", 1, "1: greedy; more: beam search.
 _MAX_LENGTH = flags.DEFINE_integer("max_length", 64, "Generated tokens per sentence.")
 
 
-def read_lines(path: str | None) -> list[str]:
-    """The lines of `path` (stdin when None) as UTF-8; a missing or non-UTF-8 file in one line.
-
-    Raises:
-        MissingInputError: No file at `path`.
-        InputError: The text is not UTF-8.
-    """
-    name = "stdin" if path is None else f"--input={path}"
-    try:
-        if path is None:
-            return sys.stdin.buffer.read().decode("utf-8").splitlines()
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        raise MissingInputError(
-            f"{name}: no such file; give a text file with one sentence a line, or pipe the text "
-            "on stdin (leave out --input)."
-        ) from None
-    except UnicodeDecodeError as error:
-        raise InputError(
-            f"{name} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
-            f"{error.start:,}); convert it first, e.g. "
-            "iconv -f latin1 -t utf-8 in.txt > in.utf8.txt"
-        ) from None
-
-
 def main(argv):
     """Reads lines, translates them, writes one line each."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from dpnmt import release  # noqa: PLC0415 - heavy (JAX, models): not for --help.
 
-    lines = read_lines(_INPUT.value)  # Before the model loads: a bad file fails at once.
+    lines = release.read_lines(_INPUT.value)  # Before the model loads: a bad file fails at once.
     translator = release.load_translator(workdir=_WORKDIR.value, model_dir=_MODEL.value)
     translations = release.translate_lines(
         translator,

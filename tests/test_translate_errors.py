@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dpnmt import cli, release, translate
+from dpnmt import cli, release
 from dpnmt.errors import InputError, MissingInputError, ModelUnavailableError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,16 +38,16 @@ def test_a_hub_id_that_cannot_be_downloaded_says_so(monkeypatch, tmp_path):
 
 def test_a_missing_input_file_is_named_with_the_fix(tmp_path):
     with pytest.raises(MissingInputError, match=r"--input=.*missing.txt: no such file"):
-        translate.read_lines(str(tmp_path / "missing.txt"))
+        release.read_lines(str(tmp_path / "missing.txt"))
 
 
 def test_a_latin1_input_file_is_named_with_the_fix(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("Café au lait\n".encode("latin-1"))
     with pytest.raises(InputError, match=r"latin1.txt is not UTF-8 text .*iconv"):
-        translate.read_lines(str(path))
+        release.read_lines(str(path))
     path.write_text("Café\n\nau lait\n", encoding="utf-8")
-    assert translate.read_lines(str(path)) == ["Café", "", "au lait"]
+    assert release.read_lines(str(path)) == ["Café", "", "au lait"]
 
 
 def test_empty_translations_of_non_blank_lines_are_counted():
