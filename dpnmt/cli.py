@@ -82,12 +82,12 @@ def setup_logging(*, primary: bool = True) -> None:
     checkpoint; they show only with `--verbosity=1` (DEBUG). A process other than
     the primary logs warnings only.
     """
-    import datasets  # noqa: PLC0415 - heavy; only apps need it.
-
     absl_logging.set_verbosity(absl_logging.INFO if primary else absl_logging.WARNING)
     handler = absl_logging.get_absl_handler()
     if not any(isinstance(f, _OwnInfoOnly) for f in handler.filters):
         handler.addFilter(_OwnInfoOnly())
+    import datasets  # noqa: PLC0415 - heavy; only apps need it. After the filter: it logs INFO.
+
     datasets.utils.logging.set_verbosity_warning()
     datasets.disable_progress_bars()
 

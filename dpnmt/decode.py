@@ -17,7 +17,6 @@ from ml_collections import config_flags
 
 from dpnmt import cli
 from dpnmt.config import RunConfig
-from dpnmt.evaluation import decode as decode_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (only for --zero_shot; a run's own config is read from --workdir)."
@@ -40,6 +39,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     cli.setup_logging()
+    # Here, not at the top: --help and flag errors answer before JAX and torch load.
+    from dpnmt.evaluation import decode as decode_lib  # noqa: PLC0415
+
     if _ZERO_SHOT.value:
         if _CONFIG.value is None:
             raise app.UsageError("--zero_shot needs --config naming a pretrained model.")

@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 from dpnmt import config_lib, core
+from dpnmt.errors import raise_problems
 
 POISSON, SHUFFLE = "poisson", "shuffle"
 
@@ -244,3 +245,49 @@ def delta_problems(
         f"in full. Use e.g. dp.delta={suggested_delta(dataset_size):g} (1/(10N) rounded "
         "down to a power of ten), or set dp.allow_large_delta=True to accept it."
     ]
+
+
+def plan_both_samplings(dp, train, dataset_size: int) -> tuple[PrivacyPlan, PrivacyPlan]:
+    """The trainer's plans for `dp`, `train` and N, with Poisson and with shuffled lots.
+
+    What `python -m dpnmt.plan` prints: each is `plan_privacy(dp, train, N)` with
+    `dp.sampling` set, after the trainer's own checks (L < N, a reachable ε, δ
+    below 1/N), so its σ, T, q and ε are those a run with these inputs reports.
+
+    Args:
+      dp: `config.dp` (a `dpnmt.config.PrivacyConfig`; `sampling` is replaced).
+      train: `config.train` (expected_lot_size, num_epochs).
+      dataset_size: N, training pairs after preprocessing.
+
+    Returns:
+      (the Poisson plan, the shuffled plan).
+
+    Raises:
+      ConfigError: what the trainer would refuse, one line each.
+    """
+    plans = []
+    for sampling in (POISSON, SHUFFLE):
+        sampled = dataclasses.replace(dp, sampling=sampling)
+        problems = size_problems(sampled, train, dataset_size)
+        raise_problems(problems or delta_problems(sampled, dataset_size))
+        plans.append(plan_privacy(sampled, train, dataset_size))
+    return plans[0], plans[1]
+
+
+def describe_plan(plan: PrivacyPlan) -> list[str]:
+    """A plan in a few lines: σ, T, q, ε at the planned T, and which bound ε comes from."""
+    epsilon = plan.epsilon_after(plan.num_steps)
+    lines = [
+        f"{plan.sampling}: σ={plan.noise_multiplier:.4g}, T={plan.num_steps:,} steps "
+        f"({plan.steps_per_epoch:,} full lots an epoch), q=L/N={plan.sampling_rate:.4g}, "
+        f"ε={epsilon:.4g} at δ={plan.delta:g}",
+        f"  bound: {plan.bound}",
+    ]
+    poisson = plan.poisson_figure_not_a_guarantee(plan.num_steps)
+    if poisson is not None:
+        lines.append(
+            f"  shuffled lots get no amplification by sampling: the Poisson figure for the same "
+            f"σ, q and T, ε={poisson:.4g}, is NOT a guarantee (the run reports it as "
+            "epsilon_if_poisson_NOT_A_GUARANTEE)"
+        )
+    return lines

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from typing import Any
 
 from dpnmt import model_card
@@ -22,6 +23,7 @@ from dpnmt.config import DataConfig, EvalConfig, ModelConfig
 from dpnmt.data import corpus_record, hf_tokenizer, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
+from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
@@ -33,13 +35,18 @@ CARD_FILE = "README.md"
 
 def require_trained_run(workdir: str) -> None:
     """Raises one clear error unless `workdir` holds a finished or checkpointed run."""
+    if not os.path.isdir(workdir):
+        raise MissingInputError(
+            f"--workdir={workdir}: no such folder; give a training run's folder "
+            "(the --workdir given to python -m dpnmt.train)."
+        )
     config_path = RunDir(workdir).config_path
     checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
     has_step = os.path.isdir(checkpoints) and any(
         name.isdigit() for name in os.listdir(checkpoints)
     )
     if not os.path.isfile(config_path) or not has_step:
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"{workdir} holds no finished or checkpointed training run (needs "
             f"{CONFIG_FILE} and a step in {CHECKPOINT_DIR}/): train first "
             "with python -m dpnmt.train, or pass the run's folder."
@@ -87,25 +94,25 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
     """A run's latest checkpoint (`workdir`) or an exported folder (`model_dir`).
 
     Raises:
-        ValueError: Neither or both given.
-        FileNotFoundError: `workdir` holds no finished or checkpointed run.
+        ConfigError: Neither or both given.
+        MissingInputError: `workdir` is no folder or holds no finished or checkpointed
+            run; `model_dir` looks like a path and is no folder.
+        ModelUnavailableError: `model_dir` is no folder and not downloadable as a hub id.
     """
     if (workdir is None) == (model_dir is None):
-        raise ValueError("Give exactly one of --workdir (a training run) or --model (an export).")
+        raise ConfigError("Give exactly one of --workdir (a training run) or --model (an export).")
     if workdir is not None:
         require_trained_run(workdir)
         run = decode_lib.load_run_config(workdir)
         tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(run, workdir)
         settings = _settings(run.data, run.model, run.eval)
     else:
-        from dpnmt import models
-
         settings = {}
         path = os.path.join(model_dir, SETTINGS_FILE)
         if os.path.isfile(path):
             with open(path) as f:
                 settings = json.load(f)
-        model, params, hf = models.load_pretrained(model_dir)
+        model, params, hf = _load_export(model_dir)
         if hf is None:
             raise FileNotFoundError(f"{model_dir} has no tokenizer files; export it again.")
         tokenizer = tokenizers.HFTokenizer(
@@ -119,6 +126,72 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         tokenizer=tokenizer,
         source_prefix=settings.get("source_prefix") or "",
         max_source_length=settings.get("max_source_length") or 512,
+    )
+
+
+def _load_export(model_dir: str):
+    """`models.load_pretrained(model_dir)`; a missing folder or unreachable hub id in one line."""
+    from dpnmt import models
+    from dpnmt.models.checks import looks_local
+
+    if not os.path.isdir(model_dir) and looks_local(model_dir):
+        raise MissingInputError(
+            f"--model={model_dir}: no such folder; give a folder written by "
+            "python -m dpnmt.export (or a training run's folder with --workdir)."
+        )
+    try:
+        return models.load_pretrained(model_dir)
+    except OSError as error:
+        if os.path.isdir(model_dir):
+            raise
+        raise ModelUnavailableError(
+            f"--model={model_dir}: no such local folder, and as a Hugging Face hub id it could "
+            "not be downloaded (offline, or no such model). Give the folder written by "
+            "python -m dpnmt.export, or download the model where there is internet."
+        ) from error
+
+
+def read_lines(path: str | None) -> list[str]:
+    """The lines of `path` (stdin when None) as UTF-8; a missing or non-UTF-8 file in one line.
+
+    Raises:
+        MissingInputError: No file at `path`.
+        InputError: The text is not UTF-8.
+    """
+    name = "stdin" if path is None else f"--input={path}"
+    try:
+        if path is None:
+            return sys.stdin.buffer.read().decode("utf-8").splitlines()
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        raise MissingInputError(
+            f"{name}: no such file; give a text file with one sentence a line, or pipe the text "
+            "on stdin (leave out --input)."
+        ) from None
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"{name} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
+            f"{error.start:,}); convert it first, e.g. "
+            "iconv -f latin1 -t utf-8 in.txt > in.utf8.txt"
+        ) from None
+
+
+def empty_translation_warning(lines: list[str], translations: list[str]) -> str | None:
+    """A warning when non-blank lines were translated to empty text, else None.
+
+    Args:
+        lines: [num_lines] sources.
+        translations: [num_lines] their translations (`translate_lines`).
+    """
+    asked = [i for i, line in enumerate(lines) if line.strip()]
+    empty = sum(1 for i in asked if not translations[i].strip())
+    if not empty:
+        return None
+    return (
+        f"{empty:,} of {len(asked):,} non-blank lines were translated to empty text: the model "
+        "most likely is undertrained (too few lots, or too much noise for its data) or its "
+        "vocabulary is too small for this text (check the run's vocabulary size and test BLEU)."
     )
 
 

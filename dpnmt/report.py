@@ -3,11 +3,12 @@ r"""Writes a privacy/utility report: a sweep's Table 3 and plots, or one table o
     python -m dpnmt.report --workdir=runs/grid [--out=runs/grid/report]
     python -m dpnmt.report --runs='docs/results/a,docs/results/b/*' --out=docs/results/table
 
-`--workdir`: reads `<workdir>/sweep.json` (from `python -m dpnmt.sweep`) and
+`--workdir`: a sweep's folder: reads `<workdir>/sweep.json` (from `python -m dpnmt.sweep`) and
 each finished run's results.json; writes `table.md`, `table.csv`,
 `bleu_vs_epsilon.png`, `learning_curves.png` and `epsilon_vs_step.png` to
 `--out`, and prints the Markdown table. Runs not finished are listed under the
-table, not averaged.
+table, not averaged. A single run's folder (results.json, no sweep.json) gets the
+`--runs` report of that one folder, in `<workdir>/report` by default.
 
 `--runs`: run folders or globs (comma-separated), each a finished run's
 published folder (results.json; metrics.jsonl, noise_to_signal.json and
@@ -25,9 +26,8 @@ from absl import app, flags
 
 from dpnmt import cli
 from dpnmt.errors import ConfigError
-from dpnmt.sweeps import report
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "The sweep's --workdir.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "A sweep's --workdir, or one run's.")
 _RUNS = flags.DEFINE_list("runs", None, "Run folders or globs (instead of --workdir).")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/report).")
 _SAMPLES = flags.DEFINE_integer("samples", 3, "--runs: test translations shown per run.")
@@ -41,7 +41,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if (_WORKDIR.value is None) == (_RUNS.value is None):
-        raise ConfigError("Give exactly one of --workdir (a sweep) or --runs (run folders).")
+        raise ConfigError("Give exactly one of --workdir (a sweep or run) or --runs (run folders).")
+    from dpnmt.sweeps import report  # noqa: PLC0415 - heavy (plots, accounting): not for --help.
+
     if _RUNS.value is not None:
         if _OUT.value is None:
             raise ConfigError("--runs needs --out: the folder to write the table to.")
@@ -53,9 +55,9 @@ def main(argv):
         print(f"Wrote {', '.join(written)} to {_OUT.value}")
         return
     out = _OUT.value or os.path.join(_WORKDIR.value, "report")
-    markdown = report.write_report(_WORKDIR.value, out)
+    markdown, written = report.write_workdir_report(_WORKDIR.value, out)
     print(markdown)
-    print(f"Wrote {report.TABLE_MD}, {report.TABLE_CSV} and {', '.join(report.FIGURES)} to {out}")
+    print(f"Wrote {', '.join(written)} to {out}")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,7 @@ auto, off or a folder; `dpnmt.training.compilation_cache`), and
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, distributed
-from dpnmt.training import compilation_cache, loop, preflight
+from dpnmt import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -55,6 +54,10 @@ def main(argv):
     """Runs `loop.train_and_evaluate` with the flags' config and workdir."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    # Here, not at the top: --help and flag errors answer before JAX and torch load.
+    from dpnmt import distributed  # noqa: PLC0415
+    from dpnmt.training import compilation_cache, loop, preflight  # noqa: PLC0415
+
     # The one ConfigDict read: typed sections below.
     run = preflight.read_config(_CONFIG.value, _WORKDIR.value)
     # Before anything compiles: a repeated or resumed run loads its programs.

@@ -5,13 +5,18 @@ r"""Translates your own text with a trained run or an exported model.
 
 One output line per input line; an empty input line gives an empty output
 line. Logic: `dpnmt.release` (loading) and `dpnmt.evaluation.translate`.
+A bad input (no such run or model folder, an input file that is missing or not
+UTF-8) prints one line naming it and the fix; a model that translates
+non-blank lines to empty text gets a warning. Heavy libraries are imported in
+`main`, so `--help` and flag errors answer at once.
 """
 
 import sys
 
 from absl import app, flags
+from absl import logging as absl_logging
 
-from dpnmt import release
+from dpnmt import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's folder (latest checkpoint).")
 _MODEL = flags.DEFINE_string("model", None, "Or a folder written by python -m dpnmt.export.")
@@ -26,15 +31,10 @@ def main(argv):
     """Reads lines, translates them, writes one line each."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        translator = release.load_translator(workdir=_WORKDIR.value, model_dir=_MODEL.value)
-    except (ValueError, FileNotFoundError) as error:
-        raise app.UsageError(str(error)) from None
-    if _INPUT.value is None:
-        lines = sys.stdin.read().splitlines()
-    else:
-        with open(_INPUT.value, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+    from dpnmt import release  # noqa: PLC0415 - heavy (JAX, models): not for --help.
+
+    lines = release.read_lines(_INPUT.value)  # Before the model loads: a bad file fails at once.
+    translator = release.load_translator(workdir=_WORKDIR.value, model_dir=_MODEL.value)
     translations = release.translate_lines(
         translator,
         lines,
@@ -43,6 +43,9 @@ def main(argv):
         max_new_tokens=_MAX_LENGTH.value,
         show_progress=_INPUT.value is not None,
     )
+    warning = release.empty_translation_warning(lines, translations)
+    if warning:
+        absl_logging.warning("%s", warning)
     text = "".join(line + "\n" for line in translations)
     if _OUTPUT.value is None:
         sys.stdout.write(text)
@@ -52,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

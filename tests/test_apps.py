@@ -102,3 +102,28 @@ def test_unknown_variant_is_one_line_naming_the_valid_ones(capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "Unknown config variant 'eps2'" in lines[0]
     assert "Traceback" not in lines[0]
+
+
+FAST_HELP_APPS = ("dpnmt.train", "dpnmt.translate", "dpnmt.decode", "dpnmt.report", "dpnmt.plan")
+HEAVY = ("jax", "torch", "transformers", "datasets", "dp_accounting", "matplotlib", "orbax")
+
+
+@pytest.mark.parametrize("module", FAST_HELP_APPS)
+def test_an_app_imports_no_heavy_library_before_parsing_flags(module):
+    # --help and a flag typo answer before JAX, torch and the rest load: they
+    # took 20-50 s on a loaded machine (issue 33). Libraries load in main().
+    code = (
+        f"import sys, {module}\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    result = _python(["-c", code], timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("module", FAST_HELP_APPS)
+def test_a_flag_typo_is_refused_without_a_traceback(module):
+    result = _python(["-m", module, "--wrkdir=x"], timeout=300)
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    assert "Unknown command line flag 'wrkdir'" in result.stderr
+    assert "Traceback" not in result.stderr

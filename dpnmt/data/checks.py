@@ -6,8 +6,13 @@ The rules the data section alone can check are `dpnmt.config.DataConfig.problems
 import os
 
 from dpnmt.config import DataConfig, PrivacyConfig
-from dpnmt.data import corpora, languages, preprocess
+from dpnmt.data import corpora, dp_sentencepiece, languages, preprocess
 from dpnmt.errors import InputError
+
+# A learnt SentencePiece here has pad, eos and unk, 256 byte pieces (byte
+# fallback) and one piece per character it covers (coverage 1.0), before any word.
+SPECIAL_PIECES, BYTE_PIECES = 3, 256
+_LEARNT = ("dp_sentencepiece", "sentencepiece_private")
 
 
 def kept_pairs(train, pair: str) -> int:
@@ -92,3 +97,74 @@ def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
                 "folder of train/validation/test files (README: 'Your own data and model')."
             )
     return problems
+
+
+def _distinct_characters_exceed(train, limit: int) -> bool:
+    """Whether train's text (both sides) holds more than `limit` distinct characters."""
+    seen: set[str] = set()
+    for batch in train.iter(batch_size=10_000):
+        for row in batch["translation"]:
+            for text in row.values():
+                seen.update(text)
+        if len(seen) > limit:
+            return True
+    return False
+
+
+def vocabulary_problems(run, train, dataset_size: int) -> list[str]:
+    """A vocabulary learnt from the corpus that SentencePiece cannot build, found before any.
+
+    Read before anything is written: too few pieces for the byte and special
+    pieces and the text's characters, or (DP-SentencePiece) too few pairs for
+    any word's count to pass the noisy threshold. The messages hold no count of
+    the text (the refusal depends on it; nothing is logged or written).
+
+    Args:
+      run: the resolved `dpnmt.config.RunConfig`.
+      train: the train split (a `datasets.Dataset` of {"translation": {...}}).
+      dataset_size: N, the pairs `preprocess` keeps.
+
+    Returns:
+      One line per problem, naming the field and the fix.
+    """
+    kind, settings = run.tokenizer_kind, run.tokenizer
+    if kind not in _LEARNT:
+        return []
+    floor = SPECIAL_PIECES + BYTE_PIECES
+    fix = (
+        "use tokenizer.vocab_size=1000 or more, or a public vocabulary "
+        "(tokenizer.public_corpora, see python -m dpnmt.public_vocab)"
+    )
+    if settings.vocab_size <= floor + 1:  # + ▁ (SentencePiece's word boundary).
+        return [
+            f"tokenizer.vocab_size={settings.vocab_size} is too small for a SentencePiece "
+            f"vocabulary: it needs {SPECIAL_PIECES} special and {BYTE_PIECES} byte pieces plus "
+            f"one per distinct character of the text; {fix}."
+        ]
+    if kind == "dp_sentencepiece":
+        params = dp_sentencepiece.DPVocabularyParams(
+            noise_stddev=settings.dp_noise_stddev,
+            delta=settings.dp_delta,
+            max_words=settings.dp_max_words,
+        )
+        # A word in every pair passes the threshold with probability < 2.3% (2σ below it).
+        if dataset_size * params.max_count_per_word + 2 * settings.dp_noise_stddev < (
+            params.threshold
+        ):
+            return [
+                f"N={dataset_size} training pairs is too few for a DP-SentencePiece vocabulary: "
+                f"a word must occur in more than C={params.threshold:.1f} pairs to survive its "
+                f"noise (tokenizer.dp_noise_stddev={settings.dp_noise_stddev:g}, "
+                f"dp_delta={settings.dp_delta:g}), so almost surely none will. Use a public "
+                "vocabulary "
+                "(tokenizer.public_corpora or public_text_paths; python -m dpnmt.public_vocab), "
+                "a pretrained model (model.name_or_path), or more data."
+            ]
+        return []  # Its characters are those of the words that survive: checked there.
+    if _distinct_characters_exceed(train, settings.vocab_size - floor):
+        return [
+            f"tokenizer.vocab_size={settings.vocab_size} is too small for this corpus: "
+            f"SentencePiece needs {SPECIAL_PIECES} special and {BYTE_PIECES} byte pieces plus "
+            f"one per distinct character of the text, more than that here; {fix}."
+        ]
+    return []

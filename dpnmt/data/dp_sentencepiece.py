@@ -49,6 +49,9 @@ from dpnmt.data.tokenizers import (
     VocabularyRecord,
     sentencepiece_trainer_args,
 )
+from dpnmt.errors import ConfigError
+
+_SPECIAL_AND_BYTE_PIECES = 3 + 256  # pad, eos, unk; the 256 byte-fallback pieces.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +274,16 @@ def train_dp_sentencepiece(
         raise ValueError(
             f"No word's noisy count exceeded the threshold C={params.threshold:.2f}; use more "
             "data, a smaller noise_stddev, a larger delta, or a public-text tokenizer."
+        )
+    # SentencePiece needs a piece per character (coverage 1.0; ▁, the word boundary, too)
+    # besides the special and byte pieces: fail in one line (the survivors are the DP output).
+    characters = len(set("▁").union(*survivors)) if character_coverage >= 1.0 else 0
+    if characters + _SPECIAL_AND_BYTE_PIECES * byte_fallback > vocab_size:
+        raise ConfigError(
+            f"tokenizer.vocab_size={vocab_size} is too small for the DP vocabulary: the words "
+            f"that passed its threshold hold {characters} distinct characters, and SentencePiece "
+            f"needs a piece for each besides {_SPECIAL_AND_BYTE_PIECES} special and byte pieces. "
+            "Raise tokenizer.vocab_size (e.g. 1000), or use a public vocabulary."
         )
     with tempfile.TemporaryDirectory() as folder:
         tsv_path = os.path.join(folder, "noisy_histogram.tsv")

@@ -17,8 +17,10 @@ import numpy as np
 
 from dpnmt.data.preprocess import PreprocessStats
 
-# Warn when more than this share of training examples is cut.
+# Warn when more than this share of training examples is cut; say "most" above
+# the second (each a threshold, never the count: the log keeps the publication rules).
 TRUNCATED_SHARE_TO_WARN = 0.1
+TRUNCATED_SHARE_MOST = 0.5
 SUGGESTED_PERCENTILE = 95
 
 
@@ -83,10 +85,19 @@ def truncation_warnings(
                 f"consider --config.data.max_{side}_length={suggested} (steps cost more with "
                 "longer rows)."
             )
+        most = truncated > TRUNCATED_SHARE_MOST * train.num_kept
+        share = TRUNCATED_SHARE_MOST if most else TRUNCATED_SHARE_TO_WARN
+        cause = (
+            " Most sentences are cut: the model sees only their starts. A vocabulary too small "
+            "for the text (see the vocabulary size) makes sentences many pieces long; a public "
+            "or pretrained vocabulary, or a longer maximum, helps."
+            if most
+            else ""
+        )
         warnings.append(
-            f"More than {TRUNCATED_SHARE_TO_WARN:.0%} of the {train.num_kept:,d} training "
+            f"More than {share:.0%} of the {train.num_kept:,d} training "
             f"{side}s are longer than data.max_{side}_length={limit} tokens and are cut "
-            f"(exact count: private/preprocessing.json).{hint}"
+            f"(exact count: private/preprocessing.json).{cause}{hint}"
         )
     return warnings
 

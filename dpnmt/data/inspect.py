@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from dpnmt import cli
 from dpnmt.config import RunConfig
-from dpnmt.data import corpora, languages, preprocess, tokenizers
+from dpnmt.data import checks, corpora, languages, preprocess, tokenizers
 from dpnmt.errors import ModelUnavailableError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -114,7 +114,9 @@ def main(argv: Sequence[str]) -> None:
     corpus = corpora.load_corpora(settings.corpus, pair, **settings.options)
     print(f"corpus {settings.corpus} {pair}")
     for split, dataset in corpus.items():
-        print(f"  {split:<10} {len(dataset):>9,d} pairs  ({dataset.info.description})")
+        empty = len(dataset) - checks.kept_pairs(dataset, settings.pair)
+        dropped = f", {empty:,d} with an empty side (dropped)" if empty else ""
+        print(f"  {split:<10} {len(dataset):>9,d} pairs{dropped}  ({dataset.info.description})")
     if settings.tokenizer is None:
         for split, dataset in corpus.items():
             for row in dataset.select(range(min(_NUM_EXAMPLES.value, len(dataset))))["translation"]:

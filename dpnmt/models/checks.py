@@ -13,7 +13,7 @@ from dpnmt.models import lora
 from dpnmt.models.config import T5Config
 
 
-def _looks_local(name_or_path: str) -> bool:
+def looks_local(name_or_path: str) -> bool:
     """A path, not a hub id ("org/name"): starts like a path or has two slashes."""
     return name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
 
@@ -46,7 +46,7 @@ def model_problems(model) -> list[str]:
     problems = []
     name = model.name_or_path
     if name is not None:
-        if _looks_local(name) and not os.path.isdir(os.path.expanduser(name)):
+        if looks_local(name) and not os.path.isdir(os.path.expanduser(name)):
             problems.append(
                 f"model.name_or_path={name!r}: no such folder; give a local folder holding "
                 "the model (config.json and weights) or a hub id such as 'google/t5-small'."

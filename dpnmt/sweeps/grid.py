@@ -17,6 +17,7 @@ from ml_collections import config_flags
 
 from dpnmt import atomic_file, config_lib
 from dpnmt.config import RunConfig
+from dpnmt.errors import ConfigError
 
 MANIFEST_FILE = "sweep.json"
 # The run's output, in its private/ folder: log lines carry timestamps, which
@@ -224,11 +225,11 @@ def read_manifest(workdir: str) -> dict:
     """The sweep manifest of `workdir`.
 
     Raises:
-      ValueError: no sweep.json there (naming the folder).
+      ConfigError: no sweep.json there (naming the folder); a ValueError.
     """
     manifest = read_json(os.path.join(workdir, MANIFEST_FILE))
     if manifest is None:
-        raise ValueError(
+        raise ConfigError(
             f"{workdir} has no readable {MANIFEST_FILE}; give the --workdir of a "
             "`python -m dpnmt.sweep` run."
         )

@@ -3,11 +3,35 @@
 import os
 
 from dpnmt.errors import ConfigError
-from dpnmt.sweeps import plots, runs_details, runs_table, summary
+from dpnmt.sweeps import grid, plots, runs_details, runs_table, summary
 
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 FIGURES = ("bleu_vs_epsilon.png", "learning_curves.png", "epsilon_vs_step.png")
 RUNS_FIGURES = ("learning_curves.png",)
+
+
+def write_workdir_report(workdir: str, out: str) -> tuple[str, tuple[str, ...]]:
+    """A sweep's report (`write_report`), or one run's (`write_runs_report`) for a run folder.
+
+    Args:
+      workdir: a sweep's folder (sweep.json) or one run's (results.json, no sweep.json).
+      out: output folder.
+
+    Returns:
+      (the Markdown table, the names of the files written to `out`).
+
+    Raises:
+      ConfigError: `workdir` is neither, or holds no finished run.
+    """
+    if os.path.isfile(os.path.join(workdir, grid.MANIFEST_FILE)):
+        return write_report(workdir, out), (TABLE_MD, TABLE_CSV, *FIGURES)
+    if os.path.isfile(os.path.join(workdir, runs_table.RESULTS)):
+        return write_runs_report([workdir], out), (TABLE_MD, TABLE_CSV, *RUNS_FIGURES)
+    what = "no such folder" if not os.path.isdir(workdir) else "no sweep.json and no results.json"
+    raise ConfigError(
+        f"--workdir={workdir}: {what}; give a sweep's folder (python -m dpnmt.sweep) or a "
+        "finished run's (python -m dpnmt.train), or several runs with --runs."
+    )
 
 
 def write_report(workdir: str, out: str) -> str:

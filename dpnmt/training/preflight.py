@@ -117,6 +117,7 @@ def check_run(
     problems = privacy.size_problems(run.dp, run.train, dataset_size)
     if not problems:  # The plan is sound: its δ against N.
         problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(run))
+    problems += data_checks.vocabulary_problems(run, corpus["train"], dataset_size)
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)

@@ -38,7 +38,9 @@ def test_truncation_suggests_a_length_from_validation_only():
     )
     warnings = health.truncation_warnings(stats, tokenized, validation_is_private=False)
     assert len(warnings) == 1  # 100 of 9,500 targets cut: below the threshold.
-    assert warnings[0].startswith("More than 10% of the 9,500 training sources are longer than")
+    # 7,691 of 9,500 sources cut: said as "more than 50%", with the likely cause (issue 33).
+    assert warnings[0].startswith("More than 50% of the 9,500 training sources are longer than")
+    assert "Most sentences are cut" in warnings[0] and "vocabulary" in warnings[0]
     assert "data.max_source_length=64" in warnings[0]
     assert "--config.data.max_source_length=95" in warnings[0]  # p95 of 1..100.
 
@@ -74,3 +76,18 @@ def test_per_lot_tokenization_has_no_counts_and_no_warning():
     assert (
         health.truncation_warnings(stats, datasets.DatasetDict(), validation_is_private=False) == []
     )
+
+
+def test_a_minority_cut_is_said_as_more_than_ten_percent_without_the_most_note():
+    stats = PreprocessStats(
+        splits={"train": _stats(1000, 200, 0)},
+        source_prefix="",
+        max_source_length=64,
+        max_target_length=64,
+        tokenizer_fingerprint="x",
+    )
+    (warning,) = health.truncation_warnings(
+        stats, datasets.DatasetDict(), validation_is_private=True
+    )
+    assert warning.startswith("More than 10% of the 1,000 training sources")
+    assert "Most sentences" not in warning and "200" not in warning

@@ -65,3 +65,17 @@ def test_inspect_takes_the_config_like_every_app(tmp_path, spm_tokenizer, capsys
     assert re.search(r"train +4 pairs", out) and re.search(r"validation +2 pairs", out)
     assert "kept 4/4" in out
     assert "truncated source 4" in out  # Only with the flag's 3, not the config's 64.
+
+
+def test_inspect_without_a_tokenizer_counts_pairs_with_an_empty_side(tmp_path, capsys):
+    rows = [("Guten Morgen", "Good morning"), ("", "Empty source"), ("Ja", " "), ("Nein", "No")]
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.tsv").write_text(
+            "de\ten\n" + "".join(f"{a}\t{b}\n" for a, b in rows), encoding="utf-8"
+        )
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["inspect", f"--corpus=files:{tmp_path}", "--pair=de-en"])
+        inspect_app.main(["inspect"])
+    out = capsys.readouterr().out
+    assert re.search(r"train +4 pairs, 2 with an empty side \(dropped\)", out), out
