@@ -12,7 +12,10 @@ from dpnmt.core.accounting import (
     calibrate_noise_multiplier_shuffled,
     compute_epsilon,
     compute_epsilon_shuffled,
+    compute_group_epsilon,
+    compute_group_epsilon_shuffled,
     epsilon_if_poisson_not_a_guarantee,
+    group_epsilon_lower_bound,
 )
 from dpnmt.core.accumulation import (
     AccumulatorState,
@@ -38,6 +41,9 @@ __all__ = [
     "clip_and_sum",
     "compute_epsilon",
     "compute_epsilon_shuffled",
+    "compute_group_epsilon",
+    "compute_group_epsilon_shuffled",
+    "group_epsilon_lower_bound",
     "count_nonfinite",
     "dp_aggregate",
     "dropout_key",
