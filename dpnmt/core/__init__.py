@@ -15,7 +15,6 @@ from dpnmt.core.accounting import (
     compute_group_epsilon,
     compute_group_epsilon_shuffled,
     epsilon_if_poisson_not_a_guarantee,
-    group_epsilon_lower_bound,
 )
 from dpnmt.core.accumulation import (
     AccumulatorState,
@@ -43,7 +42,6 @@ __all__ = [
     "compute_epsilon_shuffled",
     "compute_group_epsilon",
     "compute_group_epsilon_shuffled",
-    "group_epsilon_lower_bound",
     "count_nonfinite",
     "dp_aggregate",
     "dropout_key",

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from dpnmt import cli
 from dpnmt.config import RunConfig
-from dpnmt.data import corpora, languages, preprocess, tokenizers
+from dpnmt.data import corpora, groups, languages, preprocess, tokenizers
 from dpnmt.errors import ModelUnavailableError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -115,6 +115,8 @@ def main(argv: Sequence[str]) -> None:
     print(f"corpus {settings.corpus} {pair}")
     for split, dataset in corpus.items():
         print(f"  {split:<10} {len(dataset):>9,d} pairs  ({dataset.info.description})")
+        if (sizes := groups.summarize(dataset)) is not None:
+            print(f"  {'':<10} {sizes.describe()}")
     if settings.tokenizer is None:
         for split, dataset in corpus.items():
             for row in dataset.select(range(min(_NUM_EXAMPLES.value, len(dataset))))["translation"]:
