@@ -79,7 +79,7 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
     for key, value in privacy.items():
         if (
             key not in _PRIVACY_KEYS
-            and key not in ("vocabulary", "pretrained")
+            and key not in ("vocabulary", "pretrained", "group_privacy")
             and not _is_secret(key)
         ):
             lines.append(f"| `{key}` | {_value(value)} |")
@@ -100,6 +100,9 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
         "this run's). Shuffled lots give only the no-amplification bound; a figure marked "
         "NOT_A_GUARANTEE is no guarantee.",
     ]
+    group = privacy.get("group_privacy")
+    if isinstance(group, Mapping) and group.get("note"):
+        lines += ["", f"**A person with many sentences.** {group['note']}"]
     return lines
 
 

@@ -35,6 +35,9 @@ class PrivacyPlan:
         it rebuilds the noise, so every ε of the run is ∞.
       noise_mode: "float" or "secure" (`core.noise.NOISE_MODES`): how the noise
         is drawn; plans saved before the field existed were "float".
+      largest_group: k, pairs in the largest group (privacy unit: a case report,
+        a dialogue, a user) the train split names (`dpnmt.data.groups`), before
+        preprocessing; None when it names none. Assumed public, like N.
     """
 
     private: bool
@@ -49,6 +52,7 @@ class PrivacyPlan:
     accountant: str
     seed_is_secret: bool = True
     noise_mode: str = "float"
+    largest_group: int | None = None
 
     @property
     def sampling_rate(self) -> float:
@@ -87,6 +91,31 @@ class PrivacyPlan:
             self.noise_multiplier, self.epochs_started(steps_done), self.delta, self.accountant
         )
 
+    def group_epsilon_after(self, steps_done: int) -> float | None:
+        """DP-SGD's ε for the largest group as a whole after `steps_done` steps (group privacy).
+
+        None without groups, privacy or steps. `core.compute_group_epsilon`
+        (Poisson) or `core.compute_group_epsilon_shuffled` (its accountant).
+        """
+        k = self.largest_group
+        if k is None or not self.private or not self.seed_is_secret or steps_done == 0:
+            return None
+        if self.sampling == POISSON:
+            return core.compute_group_epsilon(
+                noise_multiplier=self.noise_multiplier,
+                sampling_rate=self.sampling_rate,
+                num_steps=steps_done,
+                delta=self.delta,
+                group_size=k,
+            )
+        return core.compute_group_epsilon_shuffled(
+            noise_multiplier=self.noise_multiplier,
+            num_epochs=self.epochs_started(steps_done),
+            delta=self.delta,
+            group_size=k,
+            accountant=self.accountant,
+        )
+
     def poisson_figure_not_a_guarantee(self, steps_done: int) -> float | None:
         """For shuffled runs only: the Poisson ε papers report, NOT a guarantee."""
         if not self.private or not self.seed_is_secret:
@@ -99,7 +128,12 @@ class PrivacyPlan:
 
 
 def plan_privacy(
-    dp_config, train_config, dataset_size: int, *, seed_is_secret: bool = True
+    dp_config,
+    train_config,
+    dataset_size: int,
+    *,
+    seed_is_secret: bool = True,
+    largest_group: int | None = None,
 ) -> PrivacyPlan:
     """Builds the plan: T from epochs, σ calibrated to the target ε or taken as given.
 
@@ -109,6 +143,7 @@ def plan_privacy(
       train_config: `config.train` (expected_lot_size, num_epochs).
       dataset_size: N.
       seed_is_secret: False for a fixed (test-only) noise seed: ε = ∞.
+      largest_group: k of the train split's largest group (None: no groups).
 
     Returns:
       The `PrivacyPlan`.
@@ -180,6 +215,7 @@ def plan_privacy(
         accountant=dp_config.accountant,
         seed_is_secret=seed_is_secret,
         noise_mode=getattr(dp_config, "noise_mode", "float"),
+        largest_group=largest_group,
     )
 
 

@@ -19,6 +19,7 @@ from dpnmt.auditing.options import AuditOptions
 from dpnmt.auditing.scoring import score_canaries
 from dpnmt.auditing.statistics import UNTESTABLE, audit_plan, forecast_claim, membership_audit
 from dpnmt.config import RunConfig
+from dpnmt.data.groups import GROUP_COLUMN
 from dpnmt.data.languages import parse_pair
 from dpnmt.training import loop
 from dpnmt.training.privacy_report import PrivacyReport
@@ -80,10 +81,13 @@ def add_pairs_to_train(pairs: list[tuple[str, str]], pair: str):
 
     def transform(corpus: datasets.DatasetDict) -> datasets.DatasetDict:
         train = corpus["train"]
-        extra = datasets.Dataset.from_dict(
-            {"translation": [{direction.source: s, direction.target: t} for s, t in pairs]},
-            features=train.features,
-        )
+        columns = {"translation": [{direction.source: s, direction.target: t} for s, t in pairs]}
+        if GROUP_COLUMN in train.column_names:
+            # Each canary is a group of its own, named apart from the corpus's groups.
+            taken = set(train[GROUP_COLUMN])
+            names = (f"dpnmt-canary-{i}" for i in range(len(pairs) + len(taken) + 1))
+            columns[GROUP_COLUMN] = [name for name in names if name not in taken][: len(pairs)]
+        extra = datasets.Dataset.from_dict(columns, features=train.features)
         corpus["train"] = datasets.concatenate_datasets([train, extra])
         return corpus
 

@@ -12,6 +12,8 @@ from dpnmt.core.accounting import (
     calibrate_noise_multiplier_shuffled,
     compute_epsilon,
     compute_epsilon_shuffled,
+    compute_group_epsilon,
+    compute_group_epsilon_shuffled,
     epsilon_if_poisson_not_a_guarantee,
 )
 from dpnmt.core.accumulation import (
@@ -39,6 +41,8 @@ __all__ = [
     "clip_and_sum",
     "compute_epsilon",
     "compute_epsilon_shuffled",
+    "compute_group_epsilon",
+    "compute_group_epsilon_shuffled",
     "count_nonfinite",
     "dp_aggregate",
     "dropout_key",

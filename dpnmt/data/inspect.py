@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from dpnmt import cli
 from dpnmt.config import RunConfig
-from dpnmt.data import checks, corpora, languages, preprocess, tokenizers
+from dpnmt.data import checks, corpora, groups, languages, preprocess, tokenizers
 from dpnmt.errors import ModelUnavailableError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -117,6 +117,8 @@ def main(argv: Sequence[str]) -> None:
         empty = len(dataset) - checks.kept_pairs(dataset, settings.pair)
         dropped = f", {empty:,d} with an empty side (dropped)" if empty else ""
         print(f"  {split:<10} {len(dataset):>9,d} pairs{dropped}  ({dataset.info.description})")
+        if (sizes := groups.summarize(dataset)) is not None:
+            print(f"  {'':<10} {sizes.describe()}")
     if settings.tokenizer is None:
         for split, dataset in corpus.items():
             for row in dataset.select(range(min(_NUM_EXAMPLES.value, len(dataset))))["translation"]:

@@ -9,6 +9,9 @@ import json
 import os
 import re
 
+# The optional column (TSV header) or key (JSONL) naming each pair's group: its
+# privacy unit, e.g. a user or document id (`dpnmt.data.groups`).
+GROUP_KEY = "group"
 _LANGUAGE_CODE = re.compile(r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?$")
 
 
@@ -48,7 +51,7 @@ def _read_lines(path: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def read_tsv(path: str, source: str, target: str) -> list[tuple[str, str]]:
+def read_tsv(path: str, source: str, target: str) -> list[tuple[str, ...]]:
     """Reads a two-column TSV whose first line names the columns' languages.
 
     Example file (tab-separated)::
@@ -56,54 +59,75 @@ def read_tsv(path: str, source: str, target: str) -> list[tuple[str, str]]:
         de<TAB>en
         Guten Morgen .<TAB>Good morning .
 
+    A third column headed `group` names each pair's group (its privacy unit)::
+
+        de<TAB>en<TAB>group
+        Guten Morgen .<TAB>Good morning .<TAB>user-17
+
     Args:
       path: the .tsv file.
       source: language code of the source side, e.g. "de"; must be a header column.
       target: language code of the target side, e.g. "en".
 
     Returns:
-      (source text, target text) per data line, in file order.
+      (source text, target text[, group]) per data line, in file order.
 
     Raises:
       FileNotFoundError: the file is missing.
       MissingLanguageError: the header lacks `source` or `target`.
-      ValueError: no header, or a line without exactly two tab-separated fields.
+      ValueError: no header, a line whose field count is not the header's, or
+        an empty group.
     """
     lines = _read_lines(path)
     if not lines:
         return []
-    header = lines[0].split("\t")
-    if len(header) != 2 or not all(_LANGUAGE_CODE.match(h.strip()) for h in header):
+    header = [h.strip() for h in lines[0].split("\t")]
+    languages = [h for h in header if h != GROUP_KEY]
+    if (
+        len(header) not in (2, 3)
+        or len(languages) != 2
+        or not all(_LANGUAGE_CODE.match(h) for h in languages)
+    ):
         raise ValueError(
             f"{path}:1: the first line must name the two columns' languages, e.g. "
-            f"'de<TAB>en', but it is {lines[0][:80]!r}; add such a header line."
+            f"'de<TAB>en' (and optionally a '{GROUP_KEY}' column: 'de<TAB>en<TAB>{GROUP_KEY}'), "
+            f"but it is {lines[0][:80]!r}; add such a header line."
         )
-    header = [h.strip() for h in header]
-    if source not in header or target not in header:
+    if source not in languages or target not in languages:
         raise MissingLanguageError(
-            f"{path} holds languages {header[0]} and {header[1]} (its header), "
+            f"{path} holds languages {languages[0]} and {languages[1]} (its header), "
             f"not {source}-{target}.",
-            tuple(header),
+            tuple(languages),
         )
-    source_column = header.index(source)
+    columns = [header.index(source), header.index(target)]
+    if GROUP_KEY in header:
+        columns.append(header.index(GROUP_KEY))
     pairs = []
     for line_number, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
-        if len(fields) != 2:
+        if len(fields) != len(header):
             raise ValueError(
-                f"{path}:{line_number}: expected 2 tab-separated fields "
-                f"({header[0]}<TAB>{header[1]}), found {len(fields)}; remove tabs inside the "
+                f"{path}:{line_number}: expected {len(header)} tab-separated fields "
+                f"({'<TAB>'.join(header)}), found {len(fields)}; remove tabs inside the "
                 "text or the blank line, or fix the line."
             )
-        pairs.append((fields[source_column], fields[1 - source_column]))
+        row = tuple(fields[c] for c in columns)
+        if len(row) == 3 and not row[2].strip():
+            raise ValueError(
+                f"{path}:{line_number}: the {GROUP_KEY} field is empty; name the pair's "
+                "group (e.g. a user or document id)."
+            )
+        pairs.append(row)
     return pairs
 
 
-def read_jsonl(path: str, source: str, target: str) -> list[tuple[str, str]]:
+def read_jsonl(path: str, source: str, target: str) -> list[tuple[str, ...]]:
     """Reads JSON Lines with one object per line holding both languages.
 
     Each line is {"de": "...", "en": "..."} or {"translation": {"de": ..., "en": ...}};
-    other keys are ignored.
+    other keys are ignored, but for "group" (next to "translation" in the second
+    form): a string or integer naming the pair's group (its privacy unit), on
+    every line or on none.
 
     Args:
       path: the .jsonl file.
@@ -111,14 +135,16 @@ def read_jsonl(path: str, source: str, target: str) -> list[tuple[str, str]]:
       target: key of the target side, e.g. "en".
 
     Returns:
-      (source text, target text) per line, in file order.
+      (source text, target text[, group]) per line, in file order.
 
     Raises:
       FileNotFoundError: the file is missing.
       MissingLanguageError: the first record lacks `source` or `target`.
-      ValueError: a line is not a JSON object, lacks a language, or has a non-string value.
+      ValueError: a line is not a JSON object, lacks a language, or has a non-string
+        value; a group on some lines only, or an empty or non-scalar one.
     """
     pairs = []
+    grouped = None
     for line_number, line in enumerate(_read_lines(path), start=1):
         try:
             record = json.loads(line)
@@ -128,6 +154,7 @@ def read_jsonl(path: str, source: str, target: str) -> list[tuple[str, str]]:
                 f'one object per line, like {{"{source}": "...", "{target}": "..."}}, and no '
                 "blank lines."
             ) from e
+        group = record.get(GROUP_KEY) if isinstance(record, dict) else None
         if isinstance(record, dict) and isinstance(record.get("translation"), dict):
             record = record["translation"]
         if not isinstance(record, dict):
@@ -153,6 +180,20 @@ def read_jsonl(path: str, source: str, target: str) -> list[tuple[str, str]]:
                 f"{path}:{line_number}: the {source}/{target} values must be strings, found "
                 f"{type(values[0]).__name__}/{type(values[1]).__name__}; quote the text."
             )
+        if grouped is None:
+            grouped = group is not None
+        if (group is not None) != grouped:
+            raise ValueError(
+                f"{path}:{line_number}: {'no' if grouped else 'a'} {GROUP_KEY!r} key, unlike "
+                f"line 1; give every line a {GROUP_KEY}, or none."
+            )
+        if grouped:
+            if isinstance(group, bool) or not isinstance(group, str | int) or not str(group):
+                raise ValueError(
+                    f"{path}:{line_number}: {GROUP_KEY!r} must be a non-empty string or an "
+                    f"integer (a user or document id), found {group!r}."
+                )
+            values = (*values, str(group))
         pairs.append(values)
     return pairs
 

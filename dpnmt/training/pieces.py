@@ -19,7 +19,7 @@ import jax
 from dpnmt import models
 from dpnmt.config import RunConfig
 from dpnmt.config.sections import DataConfig, ModelConfig, TokenizerConfig
-from dpnmt.data import corpora, dp_sentencepiece, health, public_vocab, tokenizers
+from dpnmt.data import corpora, dp_sentencepiece, groups, health, public_vocab, tokenizers
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.data.languages import parse_pair
@@ -43,6 +43,12 @@ def load_corpus(data: DataConfig) -> datasets.DatasetDict:
         logging.info("Keeping the first %d training pairs (data.max_train_examples).", limit)
         corpus["train"] = corpus["train"].select(range(limit))
     return corpus
+
+
+def largest_group(corpus: datasets.DatasetDict) -> int | None:
+    """Pairs in the train split's largest group (its privacy unit), None if it names none."""
+    sizes = groups.summarize(corpus["train"])
+    return None if sizes is None else sizes.largest
 
 
 @contextlib.contextmanager

@@ -85,6 +85,40 @@ class PretrainedClaim:
 
 
 @dataclasses.dataclass(frozen=True)
+class GroupClaim:
+    """What a per-pair guarantee means for the largest group the corpus names (group privacy).
+
+    Attributes:
+      unit: the run's privacy unit ("pair": one sentence pair).
+      largest_group: k, pairs in the largest group (assumed public, like N).
+      dp_sgd_epsilon: DP-SGD's ε for such a group as a whole at the planned T,
+        at dp_sgd_delta (`PrivacyPlan.group_epsilon_after`).
+      note: the statement in words.
+    """
+
+    unit: str
+    largest_group: int
+    dp_sgd_epsilon: float
+    note: str
+
+
+def group_claim(plan: privacy.PrivacyPlan, steps: int) -> GroupClaim | None:
+    """The group statement of a per-pair run over a corpus with groups (None otherwise)."""
+    epsilon = plan.group_epsilon_after(steps)
+    if epsilon is None:
+        return None
+    k = plan.largest_group
+    note = (
+        f"The guarantee protects one sentence pair. A group of {k} pairs (the largest "
+        "group in the training data: one case report, dialogue or user) is protected as a "
+        f"whole only with DP-SGD ε = {epsilon:.3g} at δ = {plan.delta:g} at the planned T "
+        "steps (group privacy; the vocabulary's share for a group is not included). "
+        "Assumes k is public, like N."
+    )
+    return GroupClaim(unit="pair", largest_group=k, dp_sgd_epsilon=epsilon, note=note)
+
+
+@dataclasses.dataclass(frozen=True)
 class PrivacyReport:
     """The run's claim: DP-SGD's (ε, δ) at the planned T, composed with the vocabulary's.
 
@@ -122,6 +156,7 @@ class PrivacyReport:
     epsilon_if_poisson_NOT_A_GUARANTEE: float | None = None
     epsilon_if_seed_were_secret_NOT_A_GUARANTEE: float | None = None
     noise_mode: str = "float"
+    group_privacy: GroupClaim | None = None
 
     # results.json's key order (a published format).
     _ORDER = (
@@ -150,8 +185,10 @@ class PrivacyReport:
         "total_epsilon",
         "total_delta",
         "composition",
+        "group_privacy",
     )
     _OPTIONAL = (
+        "group_privacy",
         "total_delta",
         "pretrained",
         "epsilon_at_realised_stop_NOT_A_GUARANTEE",
@@ -173,7 +210,7 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key == "vocabulary":
+            if key in ("vocabulary", "group_privacy"):
                 value = dataclasses.asdict(value)
             elif key == "pretrained":
                 value = value.to_json()
@@ -190,6 +227,11 @@ class PrivacyReport:
         values["vocabulary"] = VocabularyClaim(**data["vocabulary"])
         if data.get("pretrained") is not None:
             values["pretrained"] = PretrainedClaim.from_json(data["pretrained"])
+        if data.get("group_privacy") is not None:
+            group = dict(data["group_privacy"])
+            if isinstance(group.get("dp_sgd_epsilon"), str):  # write_json stores inf as "inf".
+                group["dp_sgd_epsilon"] = float(group["dp_sgd_epsilon"])
+            values["group_privacy"] = GroupClaim(**group)
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -280,6 +322,8 @@ def privacy_report(
     poisson_figure = plan.poisson_figure_not_a_guarantee(plan.num_steps)
     if poisson_figure is not None:
         optional["epsilon_if_poisson_NOT_A_GUARANTEE"] = poisson_figure
+    if (group := group_claim(plan, plan.num_steps)) is not None:
+        optional["group_privacy"] = group
     if plan.private and not plan.seed_is_secret:
         # What the run would claim with a secret seed: for tests to check the accounting.
         as_if_secret = dataclasses.replace(plan, seed_is_secret=True)

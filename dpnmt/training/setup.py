@@ -93,6 +93,8 @@ def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim
     planned = privacy_report(plan, plan.num_steps, vocabulary, pretrained=pretrained)
     if pretrained is not None:
         logging.info("Pretrained model: %s.", pretrained.note)
+    if planned.group_privacy is not None:
+        logging.warning("Group privacy: %s", planned.group_privacy.note)
     logging.info(
         "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
         "ε=%.4g at δ=%g; with the vocabulary (%s)%s the total is ε=%.4g, δ=%.3g.",
@@ -209,6 +211,7 @@ def build_run(
             run.train,
             len(train_examples),
             seed_is_secret=not run.fixed_noise_seed,
+            largest_group=pieces.largest_group(corpus),
         )
     if not plan.seed_is_secret and plan.private:
         logging.warning(

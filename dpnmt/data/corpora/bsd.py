@@ -39,7 +39,10 @@ class BsdOptions:
 
 
 def _bsd_pairs(path: str, pair: LanguagePair) -> Pairs:
-    """Every conversation turn of a BSD file as a pair, both original languages merged."""
+    """Every conversation turn of a BSD file as a pair, both original languages merged.
+
+    Each pair's group is its scenario (dialogue) id, e.g. "190315_E001_17".
+    """
     scenarios = read_json(path)
     rows = []
     for scenario_index, scenario in enumerate(scenarios):
@@ -51,7 +54,11 @@ def _bsd_pairs(path: str, pair: LanguagePair) -> Pairs:
                     f"{turn_index} lacks a ja_sentence/en_sentence string; restore the file "
                     "from tsuruoka-lab/BSD."
                 )
-            rows.append((texts[pair.source], texts[pair.target]))
+            scenario_id = scenario.get("id")
+            if scenario_id is None:
+                scenario_id = f"{os.path.basename(path)}#{scenario_index}"
+            group = str(scenario_id)
+            rows.append((texts[pair.source], texts[pair.target], group))
     return rows
 
 

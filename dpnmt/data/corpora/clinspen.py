@@ -34,7 +34,8 @@ def load_clinspen(
 
     Files train.json, dev.json, test.json, each a list of {file_name, en, es}
     (the DP-NMT authors' port), from `clinspen_es_en` under the data root or
-    downloaded from github trusthlt/dp-nmt.
+    downloaded from github trusthlt/dp-nmt. `file_name`, the clinical case
+    report, becomes each pair's `group`.
 
     Args:
       pair: "es-en" or "en-es".
@@ -59,7 +60,12 @@ def load_clinspen(
                 raise ConfigError(
                     f"{paths[name]}: record {index} lacks 'en'/'es' strings; restore the file."
                 )
-            rows.append((record[pair.source], record[pair.target]))
+            # The case report a sentence comes from: the privacy unit of a patient.
+            case = record.get("file_name")
+            if isinstance(case, str) and case:
+                rows.append((record[pair.source], record[pair.target], case))
+            else:
+                rows.append((record[pair.source], record[pair.target]))
         splits[split] = rows
     origins = {"train": paths["train"], "validation": paths["dev"], "test": paths["test"]}
     return make_corpus(pair, splits, origins)

@@ -9,6 +9,7 @@ import datasets
 from absl import logging
 
 from dpnmt.data import text_files
+from dpnmt.data.groups import GROUP_COLUMN
 from dpnmt.data.languages import LanguagePair
 from dpnmt.errors import ConfigError, MissingInputError, UnreachableError
 
@@ -21,7 +22,9 @@ SPLIT_FILE_STEMS = {
     "test": ("test",),
 }
 
-Pairs = list[tuple[str, str]]
+# (source, target) rows, or (source, target, group) where the corpus names each
+# pair's privacy unit (a case report, a dialogue, a user): `dpnmt.data.groups`.
+Pairs = list[tuple[str, str]] | list[tuple[str, str, str]]
 
 
 def corpus_pair(corpus: datasets.DatasetDict | datasets.Dataset) -> LanguagePair:
@@ -31,10 +34,13 @@ def corpus_pair(corpus: datasets.DatasetDict | datasets.Dataset) -> LanguagePair
     return LanguagePair(keys[0], keys[1])
 
 
-def translation_features(pair: LanguagePair) -> datasets.Features:
-    """Features of a corpus split: translation = {source: string, target: string}."""
+def translation_features(pair: LanguagePair, grouped: bool = False) -> datasets.Features:
+    """Features of a corpus split: translation = {source: string, target: string}[, group]."""
     string = datasets.Value("string")
-    return datasets.Features({"translation": {pair.source: string, pair.target: string}})
+    features = {"translation": {pair.source: string, pair.target: string}}
+    if grouped:
+        features[GROUP_COLUMN] = string
+    return datasets.Features(features)
 
 
 def make_corpus(pair: LanguagePair, splits: dict[str, Pairs], origins: dict[str, str]):
@@ -42,7 +48,9 @@ def make_corpus(pair: LanguagePair, splits: dict[str, Pairs], origins: dict[str,
 
     Args:
       pair: the direction; its source code becomes the first translation key.
-      splits: split name -> list of (source text, target text); needs all of SPLITS.
+      splits: split name -> list of (source text, target text) or of (source,
+        target, group); needs all of SPLITS. A split whose rows all name a group
+        gets a `group` column (the pair's privacy unit).
       origins: split name -> where it came from (file paths), for errors and
         `info.description`.
 
@@ -52,7 +60,6 @@ def make_corpus(pair: LanguagePair, splits: dict[str, Pairs], origins: dict[str,
     Raises:
       ValueError: a split is empty.
     """
-    features = translation_features(pair)
     result = {}
     for split in SPLITS:
         rows = splits[split]
@@ -61,12 +68,18 @@ def make_corpus(pair: LanguagePair, splits: dict[str, Pairs], origins: dict[str,
                 f"The {split} split is empty (from {origins[split]}); add sentence pairs to it "
                 "or point the loader at a folder whose split files are not empty."
             )
+        grouped = len(rows[0]) == 3
+        if any((len(row) == 3) != grouped for row in rows):
+            raise ConfigError(
+                f"The {split} split (from {origins[split]}) names a group for some pairs and "
+                "not for others; give every pair a group, or none."
+            )
+        features = translation_features(pair, grouped)
         info = datasets.DatasetInfo(description=f"{split}: {origins[split]}", features=features)
-        result[split] = datasets.Dataset.from_dict(
-            {"translation": [{pair.source: s, pair.target: t} for s, t in rows]},
-            features=features,
-            info=info,
-        )
+        columns = {"translation": [{pair.source: row[0], pair.target: row[1]} for row in rows]}
+        if grouped:
+            columns[GROUP_COLUMN] = [row[2] for row in rows]
+        result[split] = datasets.Dataset.from_dict(columns, features=features, info=info)
     return datasets.DatasetDict(result)
 
 

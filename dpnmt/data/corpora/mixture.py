@@ -24,6 +24,7 @@ import datasets
 import numpy as np
 
 from dpnmt.data.corpora.registry import load_corpus, lookup
+from dpnmt.data.groups import GROUP_COLUMN
 from dpnmt.data.languages import LanguagePair, parse_pair
 from dpnmt.errors import ConfigError
 
@@ -119,14 +120,15 @@ def detokenize_corpus(corpus: datasets.DatasetDict, pair: LanguagePair) -> datas
         rows = dataset["translation"]
         sources = moses_detokenize([row[pair.source] for row in rows], pair.source)
         targets = moses_detokenize([row[pair.target] for row in rows], pair.target)
+        columns = {
+            "translation": [
+                {pair.source: s, pair.target: t} for s, t in zip(sources, targets, strict=True)
+            ]
+        }
+        if GROUP_COLUMN in dataset.column_names:
+            columns[GROUP_COLUMN] = dataset[GROUP_COLUMN]
         out[split] = datasets.Dataset.from_dict(
-            {
-                "translation": [
-                    {pair.source: s, pair.target: t} for s, t in zip(sources, targets, strict=True)
-                ]
-            },
-            features=dataset.features,
-            info=dataset.info,
+            columns, features=dataset.features, info=dataset.info
         )
     return datasets.DatasetDict(out)
 
@@ -185,7 +187,11 @@ def load_corpora(
     parts, origins = [], []
     for entry, corpus, weight in zip(entries, loaded, weights, strict=True):
         rows = weighted_rows(len(corpus["train"]), float(weight), rng)
-        parts.append(corpus["train"].select(rows))
+        part = corpus["train"].select(rows)
+        if GROUP_COLUMN in part.column_names:
+            # A mixture (public: a DP run on one is refused) has no privacy units.
+            part = part.remove_columns(GROUP_COLUMN)
+        parts.append(part)
         origins.append(f"{len(rows)} rows of {entry.name} (weight {weight:g})")
     train = datasets.concatenate_datasets(parts)
     train = train.select(rng.permutation(len(train)))
