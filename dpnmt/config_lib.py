@@ -11,18 +11,20 @@ valid ones.
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 
 import ml_collections
 from ml_collections import config_dict
 
+from dpnmt.config.fields import flatten
 from dpnmt.config.run import (  # noqa: F401 - the eval schedule's constants, re-exported.
     EVAL_EXAMPLE_RATIO,
     EVALUATIONS_PER_RUN,
     FIXED_SEED_SWITCH,
     RunConfig,
 )
-from dpnmt.errors import raise_problems
+from dpnmt.errors import MissingInputError, raise_problems
 
 # Privacy variants: target ε of DP-SGD (None = non-private training).
 PRIVACY_VARIANTS: dict[str, float | None] = {
@@ -316,3 +318,43 @@ def tokenizer_kind(config: ml_collections.ConfigDict) -> str:
       ConfigError: a learnt vocabulary asked for a pretrained model.
     """
     return RunConfig.of(config).tokenizer_kind
+
+
+def config_from_json(values: dict) -> ml_collections.ConfigDict:
+    """A run's config.json as the ConfigDict `--config` gives: `--config.x=` overrides still parse.
+
+    The base config's fields keep their types and placeholders (a None `dp.noise_multiplier`
+    still takes a float); a list is stored as a tuple where the base holds a tuple. A
+    field the base lacks is kept, so `RunConfig.build` names it.
+
+    Args:
+      values: config.json's object (`published_config`: no noise seed).
+    """
+    config = base_config()
+    for field, value in flatten(values).items():
+        *sections, name = field.split(".")
+        node = config
+        for section in sections:
+            if section not in node:
+                node[section] = ml_collections.ConfigDict()
+            node = node[section]
+        if isinstance(value, list) and isinstance(node.get(name), tuple):
+            value = tuple(value)
+        node[name] = value
+    return config
+
+
+def workdir_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config a training run wrote into `workdir` (config.json), to resume it.
+
+    Raises:
+      MissingInputError: `workdir` holds no config.json.
+    """
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        raise MissingInputError(
+            f"--workdir={workdir} holds no config.json: give --config=<file.py[:variant]> "
+            "to start a run there (only a run's own folder resumes from --workdir alone)."
+        )
+    with open(path, encoding="utf-8") as f:
+        return config_from_json(json.load(f))

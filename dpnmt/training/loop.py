@@ -22,7 +22,7 @@ from typing import Any
 from dpnmt import distributed, models
 from dpnmt.config import RunConfig
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
-from dpnmt.training import actions, checkpointing, steps
+from dpnmt.training import actions, checkpointing, interruption, steps
 from dpnmt.training.lot_runner import LotRunner
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter
 from dpnmt.training.privacy_report import privacy_report
@@ -83,16 +83,21 @@ def train_and_evaluate(
     )
     source = lots.source(config.data, config.train, state.trainable)
     checkpoint = actions.Checkpoint(config.train, run.files, run.privacy, last_stop, source, timer)
+    interrupted = False
     try:
-        while state.step < last_stop and not state.stopped_early:
-            state, train_loss = lots.run_lot(state, source)
-            log(state.step, train_loss)
-            state = validate(state)
-            validate.publish(checkpoint(state, commit=validate.waits_on_commit))
+        with interruption.StopRequest() as stop:  # Ctrl-C: stop at this lot's boundary.
+            while state.step < last_stop and not state.stopped_early and not interrupted:
+                state, train_loss = lots.run_lot(state, source)
+                log(state.step, train_loss)
+                state = validate(state)
+                interrupted = stop.agreed()  # Then commit the state after this lot.
+                validate.publish(checkpoint(state, commit=validate.waits_on_commit or interrupted))
     finally:
         source.close()
         checkpoint.close()
         writer.close()
+    if interrupted:
+        raise interruption.TrainingInterrupted(state.step, plan.num_steps)
 
     if state.step < plan.num_steps and not state.stopped_early:
         logging.info(
