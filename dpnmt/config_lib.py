@@ -61,11 +61,36 @@ def parse_variants(arg: str | None) -> tuple[str, str | None]:
                 raise ValueError(f"Two sampling variants: {sampling!r} and {name!r}; give one.")
             sampling = name
         else:
-            raise ValueError(
-                f"Unknown config variant {name!r}. Valid: privacy {sorted(PRIVACY_VARIANTS)}, "
-                f"sampling {list(SAMPLING_VARIANTS)} (e.g. ':eps5,shuffle')."
-            )
+            raise ValueError(unknown_variant_message(name))
     return privacy or "eps8", sampling
+
+
+def _epsilon_of(name: str) -> float | None:
+    """The ε a variant-like name asks for ("eps2" -> 2.0, "eps0.5" -> 0.5), else None."""
+    for prefix in ("epsilon", "eps", "e"):
+        if name.lower().startswith(prefix):
+            try:
+                return float(name[len(prefix) :].replace("_", "."))
+            except ValueError:
+                return None
+    return None
+
+
+def unknown_variant_message(name: str) -> str:
+    """Why `name` is no variant: the valid ones, and the flag that sets any other ε."""
+    message = (
+        f"Unknown config variant {name!r}. Valid: privacy {sorted(PRIVACY_VARIANTS)}, "
+        f"sampling {list(SAMPLING_VARIANTS)} (e.g. ':eps5,shuffle')."
+    )
+    epsilon = _epsilon_of(name)
+    if epsilon is not None and epsilon <= 0:
+        return f"{message} ε = {epsilon:g} is no privacy target: ':nonprivate' trains without DP."
+    if epsilon is not None:
+        return (
+            f"{message} For ε = {epsilon:g}: --config.dp.target_epsilon={epsilon:g} (it replaces "
+            "the ε of the default variant, eps8, or of the one given)."
+        )
+    return f"{message} Any other ε: --config.dp.target_epsilon=<ε>."
 
 
 def base_config() -> ml_collections.ConfigDict:

@@ -30,7 +30,7 @@ def privacy_line(report: PrivacyReport) -> str:
     if_secret = report.epsilon_if_seed_were_secret_NOT_A_GUARANTEE
     if if_secret is not None:
         return (
-            f"Privacy: NO guarantee ({report.composition}); DP-SGD's ε would be "
+            "Privacy: NO guarantee, the noise seed was fixed (tests only); DP-SGD's ε would be "
             f"{_epsilon(if_secret)} at δ = {report.dp_sgd_delta:g} with a secret seed ({sampling})."
         )
     delta = report.total_delta if report.total_delta is not None else report.dp_sgd_delta
