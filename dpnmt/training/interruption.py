@@ -39,7 +39,7 @@ class StopRequest:
 
     def __init__(self):
         """Not yet installed; `with` installs the handler and restores the old one."""
-        self._requested = False
+        self._requested = self._stopping = False
         self._previous = None
 
     def __enter__(self) -> "StopRequest":
@@ -63,10 +63,16 @@ class StopRequest:
         )
 
     @property
-    def requested(self) -> bool:
-        """Whether this process was asked to stop (no cross-process agreement)."""
-        return self._requested
+    def stopping(self) -> bool:
+        """Whether the last `agree` decided to stop after this lot."""
+        return self._stopping
 
-    def agreed(self) -> bool:
-        """Whether every process stops after this lot (process 0's request)."""
-        return distributed.agree(self._requested)
+    def agree(self) -> bool:
+        """Whether every process stops after this lot (process 0's request decides)."""
+        self._stopping = distributed.agree(self._requested)
+        return self._stopping
+
+    def raise_if_stopping(self, step: int, num_steps: int) -> None:
+        """Raises `TrainingInterrupted` if the loop stopped on Ctrl-C (its state committed)."""
+        if self._stopping:
+            raise TrainingInterrupted(step, num_steps)
