@@ -14,7 +14,11 @@ import logging
 import signal
 import threading
 
+import jax
+
 from dpnmt import distributed
+
+MULTI_PROCESS_EVERY = 10  # Lots between two Ctrl-C agreements of several processes.
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -34,13 +38,14 @@ class StopRequest:
     """A context in which the first SIGINT asks the loop to stop at the next lot boundary.
 
     Outside the main thread (signals cannot be caught there) it changes nothing.
-    In a multi-process run process 0's request decides (`distributed.agree`).
+    In a multi-process run process 0's request decides (`distributed.agree`),
+    at most `MULTI_PROCESS_EVERY` lots later.
     """
 
     def __init__(self):
         """Not yet installed; `with` installs the handler and restores the old one."""
         self._requested = self._stopping = False
-        self._previous = None
+        self._previous, self._calls = None, 0
 
     def __enter__(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
@@ -59,7 +64,7 @@ class StopRequest:
         self._requested = True
         logging.warning(
             "Ctrl-C: finishing this lot, then saving a checkpoint "
-            "(Ctrl-C again stops at once; the lot is then redone on resume)."
+            "(Ctrl-C again stops at once: the lots since the last checkpoint are then redone)."
         )
 
     @property
@@ -68,8 +73,16 @@ class StopRequest:
         return self._stopping
 
     def agree(self) -> bool:
-        """Whether every process stops after this lot (process 0's request decides)."""
-        self._stopping = distributed.agree(self._requested)
+        """Whether every process stops after this lot (process 0's request decides).
+
+        Called once a lot. One process decides at once. Several agree on every
+        `MULTI_PROCESS_EVERY`-th call only (every process makes the same calls):
+        the agreement is a collective that waits for the lot's update, which would
+        otherwise keep the next lot from being queued behind it.
+        """
+        self._calls += 1
+        if jax.process_count() == 1 or self._calls % MULTI_PROCESS_EVERY == 0:
+            self._stopping = distributed.agree(self._requested)
         return self._stopping
 
     def raise_if_stopping(self, step: int, num_steps: int) -> None:
