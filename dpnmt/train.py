@@ -72,7 +72,7 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
 
 
 def main(argv):
-    """Runs `loop.train_and_evaluate` with the flags' config and workdir."""
+    """Runs `loop.train_and_evaluate` with the flags' config and workdir; Ctrl-C: exit 130."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _CONFIG.value is None:  # No config.json to resume from either (`_parse_flags`).
@@ -80,6 +80,17 @@ def main(argv):
             f"--config is required for a new run: --workdir={_WORKDIR.value} holds no config.json "
             "(e.g. --config=configs/tiny.py:eps8; --workdir alone resumes a run's own folder)."
         )
+    try:
+        results = _train()
+    except KeyboardInterrupt as stop:
+        _interrupted(stop)
+    if results.get("finished") and distributed.is_primary():
+        for line in summary.end_of_run_lines(results, _WORKDIR.value):
+            logging.info("%s", line)
+
+
+def _train() -> dict:
+    """Checks the config, starts JAX (and the other processes), trains; the results."""
     # The one ConfigDict read: typed sections below.
     run = preflight.read_config(_CONFIG.value, _WORKDIR.value)
     # Before anything compiles: a repeated or resumed run loads its programs.
@@ -92,13 +103,7 @@ def main(argv):
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
-    try:
-        results = loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
-    except KeyboardInterrupt as stop:
-        _interrupted(stop)
-    if results.get("finished") and distributed.is_primary():
-        for line in summary.end_of_run_lines(results, _WORKDIR.value):
-            logging.info("%s", line)
+    return loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
 def _resume_command() -> str:
@@ -113,6 +118,8 @@ def _interrupted(stop: KeyboardInterrupt) -> None:
             f"Interrupted at lot {stop.step} of {stop.num_steps}; the same command resumes from "
             f"lot {stop.step} (checkpoint saved): {_resume_command()}"
         )
+        if not distributed.is_primary():  # Initialised: process 0 alone says it.
+            sys.exit(INTERRUPTED_EXIT_CODE)
     else:  # Before the lots began, or a second Ctrl-C: the lot in progress is not saved.
         step = RunDir(_WORKDIR.value).committed_step()
         start = "the start" if step is None else f"lot {step} (its last checkpoint)"
@@ -120,8 +127,7 @@ def _interrupted(stop: KeyboardInterrupt) -> None:
             f"Interrupted; nothing after the last checkpoint is kept: the same command resumes "
             f"from {start}: {_resume_command()}"
         )
-    if distributed.is_primary():
-        print(f"{cli.program_name()}: {line}", file=sys.stderr, flush=True)
+    print(f"{cli.program_name()}: {line}", file=sys.stderr, flush=True)
     sys.exit(INTERRUPTED_EXIT_CODE)
 
 
