@@ -11,18 +11,20 @@ valid ones.
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 
 import ml_collections
 from ml_collections import config_dict
 
+from dpnmt.config.fields import flatten
 from dpnmt.config.run import (  # noqa: F401 - the eval schedule's constants, re-exported.
     EVAL_EXAMPLE_RATIO,
     EVALUATIONS_PER_RUN,
     FIXED_SEED_SWITCH,
     RunConfig,
 )
-from dpnmt.errors import raise_problems
+from dpnmt.errors import MissingInputError, raise_problems
 
 # Privacy variants: target ε of DP-SGD (None = non-private training).
 PRIVACY_VARIANTS: dict[str, float | None] = {
@@ -59,11 +61,36 @@ def parse_variants(arg: str | None) -> tuple[str, str | None]:
                 raise ValueError(f"Two sampling variants: {sampling!r} and {name!r}; give one.")
             sampling = name
         else:
-            raise ValueError(
-                f"Unknown config variant {name!r}. Valid: privacy {sorted(PRIVACY_VARIANTS)}, "
-                f"sampling {list(SAMPLING_VARIANTS)} (e.g. ':eps5,shuffle')."
-            )
+            raise ValueError(unknown_variant_message(name))
     return privacy or "eps8", sampling
+
+
+def _epsilon_of(name: str) -> float | None:
+    """The ε a variant-like name asks for ("eps2" -> 2.0, "eps0.5" -> 0.5), else None."""
+    for prefix in ("epsilon", "eps", "e"):
+        if name.lower().startswith(prefix):
+            try:
+                return float(name[len(prefix) :].replace("_", "."))
+            except ValueError:
+                return None
+    return None
+
+
+def unknown_variant_message(name: str) -> str:
+    """Why `name` is no variant: the valid ones, and the flag that sets any other ε."""
+    message = (
+        f"Unknown config variant {name!r}. Valid: privacy {sorted(PRIVACY_VARIANTS)}, "
+        f"sampling {list(SAMPLING_VARIANTS)} (e.g. ':eps5,shuffle')."
+    )
+    epsilon = _epsilon_of(name)
+    if epsilon is not None and epsilon <= 0:
+        return f"{message} ε = {epsilon:g} is no privacy target: ':nonprivate' trains without DP."
+    if epsilon is not None:
+        return (
+            f"{message} For ε = {epsilon:g}: --config.dp.target_epsilon={epsilon:g} (it replaces "
+            "the ε of the default variant, eps8, or of the one given)."
+        )
+    return f"{message} Any other ε: --config.dp.target_epsilon=<ε>."
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -316,3 +343,43 @@ def tokenizer_kind(config: ml_collections.ConfigDict) -> str:
       ConfigError: a learnt vocabulary asked for a pretrained model.
     """
     return RunConfig.of(config).tokenizer_kind
+
+
+def config_from_json(values: dict) -> ml_collections.ConfigDict:
+    """A run's config.json as the ConfigDict `--config` gives: `--config.x=` overrides still parse.
+
+    The base config's fields keep their types and placeholders (a None `dp.noise_multiplier`
+    still takes a float); a list is stored as a tuple where the base holds a tuple. A
+    field the base lacks is kept, so `RunConfig.build` names it.
+
+    Args:
+      values: config.json's object (`published_config`: no noise seed).
+    """
+    config = base_config()
+    for field, value in flatten(values).items():
+        *sections, name = field.split(".")
+        node = config
+        for section in sections:
+            if section not in node:
+                node[section] = ml_collections.ConfigDict()
+            node = node[section]
+        if isinstance(value, list) and isinstance(node.get(name), tuple):
+            value = tuple(value)
+        node[name] = value
+    return config
+
+
+def workdir_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config a training run wrote into `workdir` (config.json), to resume it.
+
+    Raises:
+      MissingInputError: `workdir` holds no config.json.
+    """
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        raise MissingInputError(
+            f"--workdir={workdir} holds no config.json: give --config=<file.py[:variant]> "
+            "to start a run there (only a run's own folder resumes from --workdir alone)."
+        )
+    with open(path, encoding="utf-8") as f:
+        return config_from_json(json.load(f))

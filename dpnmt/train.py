@@ -1,6 +1,12 @@
 r"""Trains a DP seq2seq translation model.
 
     python -m dpnmt.train --config=configs/tiny.py:eps8 --workdir=runs/tiny
+    python -m dpnmt.train --workdir=runs/tiny    # resumes: the run's own config.json
+
+Ctrl-C finishes the lot in progress, commits a checkpoint of the state after
+it, prints the command that resumes it and exits with status 130 (a second
+Ctrl-C stops at once; the lot is then redone on resume). A finished run ends
+with a few lines for a person: ε, test scores, where the files are.
 
 The logic lives in `dpnmt.training.loop` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
@@ -19,15 +25,28 @@ auto, off or a folder; `dpnmt.training.compilation_cache`), and
 (`dpnmt.training.profile`).
 """
 
+import logging
+import os
+import shlex
+import sys
+
 from absl import app, flags
 from ml_collections import config_flags
 
 from dpnmt import cli
+from dpnmt.errors import ConfigError
+
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C.
+# `--config=<this>:<workdir>` reads a run's config.json (`--workdir` alone resumes).
+_WORKDIR_CONFIG = os.path.join(
+    os.path.dirname(os.path.abspath(cli.__file__)), "config", "from_workdir.py"
+)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
     None,
-    "Experiment config file, e.g. configs/tiny.py:eps8,shuffle.",
+    "Experiment config file, e.g. configs/tiny.py:eps8,shuffle; to resume, --workdir alone "
+    "reads the run's config.json.",
     lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder; rerun to resume.")
@@ -51,9 +70,28 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
 
 
 def main(argv):
-    """Runs `loop.train_and_evaluate` with the flags' config and workdir."""
+    """Runs `loop.train_and_evaluate` with the flags' config and workdir; Ctrl-C: exit 130."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if _CONFIG.value is None:  # No config.json to resume from either (`_parse_flags`).
+        raise ConfigError(
+            f"--config is required for a new run: --workdir={_WORKDIR.value} holds no config.json "
+            "(e.g. --config=configs/tiny.py:eps8; --workdir alone resumes a run's own folder)."
+        )
+    try:
+        results = _train()
+    except KeyboardInterrupt as stop:
+        _interrupted(stop)
+    from dpnmt import distributed  # noqa: PLC0415
+    from dpnmt.training import summary  # noqa: PLC0415
+
+    if results.get("finished") and distributed.is_primary():
+        for line in summary.end_of_run_lines(results, _WORKDIR.value):
+            logging.info("%s", line)
+
+
+def _train() -> dict:
+    """Checks the config, starts JAX (and the other processes), trains; the results."""
     # Here, not at the top: --help and flag errors answer before JAX and torch load.
     from dpnmt import distributed  # noqa: PLC0415
     from dpnmt.training import compilation_cache, loop, preflight  # noqa: PLC0415
@@ -70,11 +108,59 @@ def main(argv):
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
-    loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
+    return loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
+
+
+def _resume_command() -> str:
+    """The command that was run (it resumes), with `python -m` as the interpreter."""
+    return shlex.join(["python", "-m", "dpnmt.train", *sys.argv[1:]])
+
+
+def _interrupted(stop: KeyboardInterrupt) -> None:
+    """One line saying where the run stopped and how to resume it; exit status 130."""
+    from dpnmt import distributed  # noqa: PLC0415
+    from dpnmt.training import interruption  # noqa: PLC0415
+    from dpnmt.training.run_dir import RunDir  # noqa: PLC0415
+
+    if isinstance(stop, interruption.TrainingInterrupted):
+        line = (
+            f"Interrupted at lot {stop.step} of {stop.num_steps}; the same command resumes from "
+            f"lot {stop.step} (checkpoint saved): {_resume_command()}"
+        )
+        if not distributed.is_primary():  # Initialised: process 0 alone says it.
+            sys.exit(INTERRUPTED_EXIT_CODE)
+    else:  # Before the lots began, or a second Ctrl-C: the lot in progress is not saved.
+        step = RunDir(_WORKDIR.value).committed_step()
+        start = "the start" if step is None else f"lot {step} (its last checkpoint)"
+        line = (
+            f"Interrupted; nothing after the last checkpoint is kept: the same command resumes "
+            f"from {start}: {_resume_command()}"
+        )
+    print(f"{cli.program_name()}: {line}", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED_EXIT_CODE)
+
+
+def _given(argv, name: str) -> str | None:
+    """The value of flag `--name` in `argv` (`--name=v` or `--name v`), or None."""
+    for index, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{name}" and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
+
+
+def _parse_flags(argv):
+    """`cli.parse_flags`; without `--config`, a workdir's config.json is the config (resume)."""
+    workdir = _given(argv[1:], "workdir")
+    if _given(argv[1:], "config") is None and workdir:
+        if os.path.isfile(os.path.join(workdir, "config.json")):
+            argv = [argv[0], f"--config={_WORKDIR_CONFIG}:{workdir}", *argv[1:]]
+    return cli.parse_flags(argv)
 
 
 if __name__ == "__main__":
     # Here, not at import: importing this module (tests, other apps) must not
     # make these flags required for every absl app in the process.
-    flags.mark_flags_as_required(["config", "workdir"])
-    cli.run(main)
+    flags.mark_flags_as_required(["workdir"])
+    cli.run(main, flags_parser=_parse_flags)

@@ -1,5 +1,6 @@
 """The absl apps: importable without side effects, strict when run."""
 
+import json
 import os
 import subprocess
 import sys
@@ -127,3 +128,63 @@ def test_a_flag_typo_is_refused_without_a_traceback(module):
     assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
     assert "Unknown command line flag 'wrkdir'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "variant, fix",
+    [
+        ("eps2", "--config.dp.target_epsilon=2 "),
+        ("eps0.5", "--config.dp.target_epsilon=0.5 "),
+        ("eps0", "':nonprivate' trains without DP"),
+        ("big", "Any other ε: --config.dp.target_epsilon=<ε>"),
+    ],
+)
+def test_an_unknown_variant_names_the_variants_and_the_flag_for_any_epsilon(variant, fix):
+    from dpnmt import config_lib
+
+    with pytest.raises(ValueError) as error:
+        config_lib.parse_variants(f"{variant},shuffle")
+    message = str(error.value)
+    assert f"Unknown config variant {variant!r}" in message and "'nonprivate'" in message
+    assert fix in message
+
+
+def test_epsilon_zero_points_to_the_nonprivate_variant():
+    from dpnmt.config import PrivacyConfig
+
+    problems = PrivacyConfig(target_epsilon=0.0).problems()
+    assert len(problems) == 1 and problems[0].startswith("dp.target_epsilon=0.0 must be > 0")
+    assert ":nonprivate" in problems[0]
+
+
+def test_a_workdirs_config_json_reads_back_as_the_config_it_was_written_from():
+    from dpnmt import config_lib
+    from dpnmt.config import RunConfig
+    from tests.small_configs import load_config
+
+    run = RunConfig.parse(load_config("multi30k_from_public", "eps3,lora"))
+    config = config_lib.config_from_json(config_lib.published_config(run))
+    assert RunConfig.parse(config) == run
+    # Typed fields stay typed: `--config.dp.noise_multiplier=1.1` still parses onto None.
+    config.update_from_flattened_dict({"dp.noise_multiplier": 1.1})
+    assert RunConfig.parse(config).dp.noise_multiplier == 1.1
+
+
+def test_train_with_the_workdir_alone_reads_its_config_json_and_checks_overrides(tmp_path):
+    from dpnmt import config_lib
+    from dpnmt.config import RunConfig
+    from tests.small_configs import load_config
+
+    fresh = _python(["-m", "dpnmt.train", f"--workdir={tmp_path / 'new'}"], timeout=300)
+    assert fresh.returncode == cli.USAGE_EXIT_CODE, fresh.stderr[-2000:]
+    assert "--config is required for a new run" in fresh.stderr and "Traceback" not in fresh.stderr
+    run = RunConfig.parse(load_config("tiny", "eps8"))
+    (tmp_path / "config.json").write_text(json.dumps(config_lib.published_config(run)))
+    (tmp_path / "checkpoints" / "3").mkdir(parents=True)  # Bound: it has trained.
+    command = ["-m", "dpnmt.train", f"--workdir={tmp_path}", "--config.train.learning_rate=0.5"]
+    result = _python(command, timeout=300)
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("dpnmt.train:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert "holds a run with a different config" in errors[0]
+    assert "--config.train.learning_rate=0.003" in errors[0]  # The run's own value: read back.

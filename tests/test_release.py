@@ -148,7 +148,10 @@ def test_translate_keeps_lines_and_equals_transformers_greedy(run, tmp_path):
 
 def test_a_folder_without_a_run_is_refused(tmp_path):
     result = _app("dpnmt.export", f"--workdir={tmp_path}", f"--out={tmp_path / 'x'}")
-    assert result.returncode != 0
+    assert result.returncode == 2
+    # One line, without the flags' help (absl's UsageError printed it all).
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpnmt.export: ")
     assert "no finished or checkpointed training run" in result.stderr
     assert not (tmp_path / "x").exists()
     (tmp_path / "config.json").write_text("{}")  # A config but no checkpoint yet.
@@ -236,3 +239,12 @@ def test_decode_and_export_report_the_pretrained_claim_recorded_at_start(run, tm
     with caplog.at_level("WARNING"):
         assert reported() == (0.1, 0.1)
     assert "has no pretrained.json" in caplog.text
+
+
+def test_the_export_app_prints_one_line_without_library_logs(run, tmp_path):
+    workdir, _, _ = run
+    result = _app("dpnmt.export", f"--workdir={workdir}", f"--out={tmp_path / 'model'}")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.startswith(f"Exported {workdir} to {tmp_path / 'model'}")
+    # Orbax's restore lines, JAX's backend probe and transformers' progress bars stay quiet.
+    assert result.stderr.strip() == "", result.stderr[-4000:]

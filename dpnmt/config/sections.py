@@ -276,7 +276,12 @@ class PrivacyConfig(Section):
             (
                 ("l2_clip", positive_finite, "> 0 (the clipping norm C)"),
                 ("delta", unit_open, "in (0, 1), e.g. 1e-8 (below 1/N)"),
-                ("target_epsilon", positive_finite, "> 0"),
+                (
+                    "target_epsilon",
+                    positive_finite,
+                    "> 0 and finite (a run without DP: the :nonprivate variant, e.g. "
+                    "--config=configs/<file>.py:nonprivate)",
+                ),
                 ("noise_multiplier", positive_finite, "> 0 (or use :nonprivate)"),
             )
         )

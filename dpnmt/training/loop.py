@@ -22,7 +22,7 @@ from typing import Any
 from dpnmt import distributed, models
 from dpnmt.config import RunConfig
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
-from dpnmt.training import actions, checkpointing, steps
+from dpnmt.training import actions, checkpointing, interruption, steps
 from dpnmt.training.lot_runner import LotRunner
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter
 from dpnmt.training.privacy_report import privacy_report
@@ -42,13 +42,11 @@ def train_and_evaluate(
     """Trains (resuming from `workdir` if it holds a checkpoint), evaluates, reports.
 
     Args:
-      config: the resolved experiment config (`preflight.read_config` of the
-        ConfigDict of `dpnmt.config_lib`, or `RunConfig.parse`); its values
-        are checked before anything is written. Build it with one of those two:
-        `RunConfig.of` ignores misspelt fields (their defaults apply).
+      config: the resolved experiment config, from `preflight.read_config` or `RunConfig.parse`
+        (`RunConfig.of` ignores misspelt fields); checked before anything is written.
       workdir: output folder: config.json, tokenizer, checkpoints, results.json.
-      stop_after_steps: end this session after this step (checkpointed), as if
-        interrupted; rerunning resumes. None trains to the end.
+      stop_after_steps: end this session after this step (checkpointed; Ctrl-C: after the
+        lot in progress, then `interruption.TrainingInterrupted`); None: to the end.
       corpus_transform: `DatasetDict -> DatasetDict` applied to the loaded
         corpus before the tokenizer and the privacy plan are built, so rows it
         adds to train are training examples like any other (in the vocabulary's
@@ -83,16 +81,19 @@ def train_and_evaluate(
     )
     source = lots.source(config.data, config.train, state.trainable)
     checkpoint = actions.Checkpoint(config.train, run.files, run.privacy, last_stop, source, timer)
+    stop = interruption.StopRequest()  # Ctrl-C: commit this lot's state, then stop.
     try:
-        while state.step < last_stop and not state.stopped_early:
-            state, train_loss = lots.run_lot(state, source)
-            log(state.step, train_loss)
-            state = validate(state)
-            validate.publish(checkpoint(state, commit=validate.waits_on_commit))
+        with stop:
+            while state.step < last_stop and not state.stopped_early and not stop.stopping:
+                state, train_loss = lots.run_lot(state, source)
+                log(state.step, train_loss)
+                state = validate(state)
+                validate.publish(checkpoint(state, commit=validate.waits_on_commit or stop.agree()))
     finally:
         source.close()
         checkpoint.close()
         writer.close()
+    stop.raise_if_stopping(state.step, plan.num_steps)
 
     if state.step < plan.num_steps and not state.stopped_early:
         logging.info(

@@ -131,6 +131,16 @@ class RunDir:
         with open(self.config_path, "w") as f:
             json.dump(resolved, f, indent=2, sort_keys=True)
 
+    def committed_step(self) -> int | None:
+        """The step of the latest committed checkpoint, or None when there is none.
+
+        Orbax writes a checkpoint under a temporary name and renames it to its step
+        once committed, so only folders named by a number count.
+        """
+        folder = self.file(CHECKPOINT_DIR)
+        steps = [int(n) for n in os.listdir(folder) if n.isdigit()] if os.path.isdir(folder) else []
+        return max(steps, default=None)
+
     def read_results(self) -> dict | None:
         """results.json as written, or None when there is none."""
         if not os.path.exists(self.results_path):
