@@ -12,8 +12,6 @@ from dpnmt.core.accounting import (
     calibrate_noise_multiplier_shuffled,
     compute_epsilon,
     compute_epsilon_shuffled,
-    compute_group_epsilon,
-    compute_group_epsilon_shuffled,
     epsilon_if_poisson_not_a_guarantee,
 )
 from dpnmt.core.accumulation import (
@@ -25,6 +23,7 @@ from dpnmt.core.accumulation import (
 from dpnmt.core.aggregation import DpAggregateState, dp_aggregate
 from dpnmt.core.clipping import clip_and_sum, count_nonfinite, per_example_l2_norms
 from dpnmt.core.dp_step import TrainState, dropout_key, init_train_state
+from dpnmt.core.group_accounting import compute_group_epsilon, compute_group_epsilon_shuffled
 from dpnmt.core.noise import add_gaussian_noise, fresh_seed, key_from_seed, noise_key_for_step
 from dpnmt.core.private_grad import PrivateGradSum, private_grad_sum
 
