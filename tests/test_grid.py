@@ -244,3 +244,23 @@ def test_log_tails_of_an_older_sweep_json_move_to_private(tmp_path):
     assert "Ein Hund" not in (tmp_path / grid.MANIFEST_FILE).read_text()
     tail = tmp_path / "eps8-poisson" / "seed0" / grid.ERROR_TAIL
     assert tail.read_text() == "line 7: Ein Hund"
+
+
+def test_a_run_stopped_by_its_own_ctrl_c_is_interrupted_not_failed_and_stops_the_sweep(
+    tmp_path, monkeypatch
+):
+    from dpnmt.sweeps import runner
+
+    calls = []
+
+    def interrupted(command, run_dir, env):
+        calls.append(run_dir)
+        return grid.TRAIN_INTERRUPTED_EXIT, "Interrupted at lot 3 of 8"
+
+    monkeypatch.setattr(runner, "train_one", interrupted)
+    specs = grid.expand(["eps8", "nonprivate"], ["poisson"], 1)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_sweep("configs/tiny.py", str(tmp_path), specs, [])
+    manifest = grid.read_manifest(str(tmp_path))
+    assert len(calls) == 1, "the sweep went on to the next run after a Ctrl-C"
+    assert manifest["runs"][specs[0].name]["state"] == grid.INTERRUPTED

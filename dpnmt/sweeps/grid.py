@@ -29,6 +29,7 @@ ERROR_TAIL = os.path.join("private", "last_error.txt")
 JAX_CACHE = os.path.join("private", "jax_cache")
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 INTERRUPTED = "interrupted"  # The sweep was stopped while this run trained.
+TRAIN_INTERRUPTED_EXIT = 130  # `dpnmt.train`'s exit status after a Ctrl-C (checkpointed).
 # Fields a grid cell sets: overriding them would make the run's folder name lie.
 GRID_FIELDS = ("seed", "variant", "dp.enabled", "dp.target_epsilon", "dp.sampling")
 # ...and dp.noise_multiplier, which would replace the target ε the grid sets.

@@ -164,6 +164,11 @@ def run_sweep(
             raise
         record["seconds_last_attempt"] = round(time.time() - begin, 1)
         record["returncode"] = status
+        if status == grid.TRAIN_INTERRUPTED_EXIT:  # Its own Ctrl-C: checkpointed, not failed.
+            record["state"] = grid.INTERRUPTED
+            grid.write_manifest(workdir, manifest)
+            logging.warning("%s: interrupted; run the sweep again to resume it.", spec.name)
+            raise KeyboardInterrupt(spec.name)
         if status == 0 and grid.is_finished(run_dir, configs[spec]):
             record["state"] = grid.FINISHED
             logging.info("%s: finished in %.0f s.", spec.name, record["seconds_last_attempt"])
