@@ -343,7 +343,9 @@ def dp_multi_steps(
       required: the gradients are taken there, and `dropout_key` is the
       micro-batch's secret dropout key, `dp_step.dropout_key`). `noise_key` is
       the run's secret noise key (the same every call), `mask` an optional
-      `[b]` 0/1 (None: every row is real), `release` a bool scalar (may be
+      `[b]` 0/1 (None: every row is real; a micro-batch padded to its fixed
+      shape MUST pass its mask, and padding rows must never be copies of real
+      examples, or an example counts twice), `release` a bool scalar (may be
       traced); `params` is passed to `tx` on release. See
       `DpMultiStepsState` for what the state holds (no key).
     """

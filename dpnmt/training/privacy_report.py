@@ -19,6 +19,7 @@ ASSUMED_PUBLIC = (
     "dataset_size (N, training examples after preprocessing: q = L/N, σ and T derive from it)",
     "expected_lot_size (L), noise_multiplier (σ), l2_clip (C), steps_planned (T), the config",
     "the validation and test splits, unless validation_is_private",
+    "largest_group (k, pairs in the largest group the corpus names), when group_privacy is given",
 )
 DP_SGD_EPSILON_IS_AT = "the planned T steps (steps_planned), fixed before training"
 
