@@ -97,7 +97,8 @@ class LotRunner:
         """Compiles the micro-batch step for every bucket shape, before any lot.
 
         Which shapes compile, and when, then says nothing about the lots (see
-        `bridge.padding_microbatches`). Each shape is lowered here on padding
+        `bridge.padding_microbatches`). The lot's update (`apply_lot`, one
+        shape) compiles alongside. Each shape is lowered here on padding
         rows (never run) and its XLA compile goes to a thread pool, so a
         multi-core machine compiles several buckets at once; `jax.jit`'s own
         cache then serves the lots' calls. Bucket shapes are public (the
@@ -110,7 +111,7 @@ class LotRunner:
         )
         acc = jax.device_put(core.init_accumulator(trainable), self.replicated)
         count = len(micros)
-        workers = max(1, min(count, _cpu_count()))
+        workers = max(1, min(count + 1, _cpu_count()))  # The buckets and the update.
         logging.info(
             "Compiling the training step for %d length bucket%s (%d at a time)…",
             count,
@@ -132,14 +133,21 @@ class LotRunner:
                     self._dropout_base,  # Lowering reads its type, never its value.
                 )
                 what = (
-                    f"length bucket {index + 1}/{count} (source {source_length}, "
-                    f"target {target_length} tokens)"
+                    f"the training step for length bucket {index + 1}/{count} (source "
+                    f"{source_length}, target {target_length} tokens)"
                 )
                 pending.append(pool.submit(_compile_one, lowered, what))
+            # The lot's update has one shape; compiled here, it leaves the first lot too.
+            opt_state = jax.device_put(run.step.opt_state, self.replicated)  # As `place`.
+            lot_state = core.TrainState(jnp.int32(0), trainable, opt_state)
+            lowered = run.step.step_fns.apply_lot.lower(lot_state, acc, self._noise_base)
+            pending.append(
+                pool.submit(_compile_one, lowered, "the lot's update (noise once, optimizer)")
+            )
             for done in pending:
                 done.result()  # A compile error is raised here, in the loop's thread.
         logging.info(
-            "Compiled the training step for every length bucket in %.1f s.",
+            "Compiled the training step for every length bucket and the update in %.1f s.",
             time.perf_counter() - started,
         )
 
@@ -196,7 +204,7 @@ def _cpu_count() -> int:
 
 def _compile_one(lowered, what: str) -> None:
     """XLA-compiles one lowered step program, logging its start and its seconds."""
-    logging.info("Compiling the training step for %s…", what)
+    logging.info("Compiling %s…", what)
     started = time.perf_counter()
     lowered.compile()
-    logging.info("Compiled the step for %s in %.1f s.", what, time.perf_counter() - started)
+    logging.info("Compiled %s in %.1f s.", what, time.perf_counter() - started)

@@ -216,8 +216,11 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(
 
     def on_duration(event, duration, fun_name="", **_):
         # XLA's compile (or a persistent-cache load) of one add_microbatch program.
-        if event == "/jax/core/compile/backend_compile_duration" and "add_microbatch" in fun_name:
-            events.append(("compiled",))
+        if event == "/jax/core/compile/backend_compile_duration":
+            if "add_microbatch" in fun_name:
+                events.append(("compiled",))
+            elif "apply_lot" in fun_name:
+                events.append(("compiled update",))
 
     monkeypatch.setattr(loop, "build_run", recording_build_run)
     config = small_config("eps8")
@@ -249,9 +252,11 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(
         first = next(i for i, event in enumerate(events) if event[0] == "call" and event[2] > 0)
         assert events[:first].count(("compiled",)) == count  # One program per bucket, ahead.
         assert ("compiled",) not in events[first:]  # None while the lot runs.
+        assert events[:first].count(("compiled update",)) == 1  # The update's too (speed).
+        assert ("compiled update",) not in events[first:]
         for index, (source, target) in enumerate(buckets.shapes, start=1):
             what = f"length bucket {index}/{count} (source {source}, target {target} tokens)"
-            assert f"Compiled the step for {what} in " in caplog.text
+            assert f"Compiled the training step for {what} in " in caplog.text
         return events[first][3]
 
     # Same secret seed, same keys: the resume tests above (bit-identical runs).
