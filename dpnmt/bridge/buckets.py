@@ -133,8 +133,8 @@ def padding_microbatches(
 ) -> list[dict[str, np.ndarray]]:
     """One all-padding micro-batch per bucket shape (mask 0): data-free warm-up.
 
-    The training loop runs the step once on each before the first lot, so
-    every bucket shape compiles up front. Which shapes compile, and when, then
+    The training loop compiles the step for each (lowered on these rows,
+    never run) before the first lot, so every bucket shape compiles up front. Which shapes compile, and when, then
     no longer depends on the private lots (compile times would otherwise show
     when a lot first needed a shape, in rates and in a compilation cache).
 

@@ -80,6 +80,7 @@ class Validate:
         """At step 0: the validation loss of the initial model, published at once."""
         if state.step != 0 or not self._every:
             return state
+        logging.info("Validation loss of the initial model (compiles the loss program)…")
         with self._timer.phase("evaluation"):
             params = models.merge_params(state.trainable, self._frozen)
             scores = self._evaluator.validation_loss(params)

@@ -6,6 +6,10 @@ and never hands them out.
 """
 
 import dataclasses
+import logging
+import os
+import time
+from concurrent import futures
 
 import jax
 import jax.numpy as jnp
@@ -90,25 +94,62 @@ class LotRunner:
         )
 
     def _compile_buckets(self, buckets, rows: int, trainable) -> None:
-        """Runs the micro-batch step once per bucket shape on padding rows (no data).
+        """Compiles the micro-batch step for every bucket shape, before any lot.
 
-        Every shape then compiles before the first lot, so which shapes compiled,
-        and when, says nothing about the lots (see `bridge.padding_microbatches`).
+        Which shapes compile, and when, then says nothing about the lots (see
+        `bridge.padding_microbatches`). The lot's update (`apply_lot`, one
+        shape) compiles alongside. Each shape is lowered here on padding
+        rows (never run) and its XLA compile goes to a thread pool, so a
+        multi-core machine compiles several buckets at once; `jax.jit`'s own
+        cache then serves the lots' calls. Bucket shapes are public (the
+        config's), so the progress is logged; nothing about a lot is.
         """
         run = self._run
-        examples = run.data.train_examples
-        for micro in bridge.padding_microbatches(
+        examples, mesh = run.data.train_examples, run.step.mesh
+        micros = bridge.padding_microbatches(
             buckets, examples.field_specs(), rows, examples.pad_values
-        ):
-            throwaway = jax.device_put(core.init_accumulator(trainable), self.replicated)
-            out = run.step.step_fns.add_microbatch(
-                throwaway,
-                trainable,
-                self.frozen,
-                bridge.shard_microbatch(micro, run.step.mesh),
-                self._dropout_base,
+        )
+        acc = jax.device_put(core.init_accumulator(trainable), self.replicated)
+        count = len(micros)
+        workers = max(1, min(count + 1, _cpu_count()))  # The buckets and the update.
+        logging.info(
+            "Compiling the training step for %d length bucket%s (%d at a time)…",
+            count,
+            "" if count == 1 else "s",
+            workers,
+        )
+        started = time.perf_counter()
+        with futures.ThreadPoolExecutor(workers, thread_name_prefix="compile") as pool:
+            pending = []
+            # Largest first: the longest compiles start earliest. Lowering (tracing)
+            # stays in this thread; XLA's compiles run in the pool meanwhile.
+            for index in reversed(range(count)):
+                source_length, target_length = buckets.shapes[index]
+                lowered = run.step.step_fns.add_microbatch.lower(
+                    acc,
+                    trainable,
+                    self.frozen,
+                    bridge.shard_microbatch(micros[index], mesh),
+                    self._dropout_base,  # Lowering reads its type, never its value.
+                )
+                what = (
+                    f"the training step for length bucket {index + 1}/{count} (source "
+                    f"{source_length}, target {target_length} tokens)"
+                )
+                pending.append(pool.submit(_compile_one, lowered, what))
+            # The lot's update has one shape; compiled here, it leaves the first lot too.
+            opt_state = jax.device_put(run.step.opt_state, self.replicated)  # As `place`.
+            lot_state = core.TrainState(jnp.int32(0), trainable, opt_state)
+            lowered = run.step.step_fns.apply_lot.lower(lot_state, acc, self._noise_base)
+            pending.append(
+                pool.submit(_compile_one, lowered, "the lot's update (noise once, optimizer)")
             )
-            jax.block_until_ready(out)
+            for done in pending:
+                done.result()  # A compile error is raised here, in the loop's thread.
+        logging.info(
+            "Compiled the training step for every length bucket and the update in %.1f s.",
+            time.perf_counter() - started,
+        )
 
     def run_lot(self, state: LoopState, source) -> tuple[LoopState, jax.Array]:
         """The next lot from `source` applied to `state`.
@@ -151,3 +192,19 @@ class LotRunner:
             state, step=step + 1, trainable=lot_state.params, opt_state=lot_state.opt_state
         )
         return state, train_loss
+
+
+def _cpu_count() -> int:
+    """CPU cores this process may use (compile threads)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # Not on Linux.
+        return os.cpu_count() or 1
+
+
+def _compile_one(lowered, what: str) -> None:
+    """XLA-compiles one lowered step program, logging its start and its seconds."""
+    logging.info("Compiling %s…", what)
+    started = time.perf_counter()
+    lowered.compile()
+    logging.info("Compiled %s in %.1f s.", what, time.perf_counter() - started)

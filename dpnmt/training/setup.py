@@ -10,6 +10,7 @@ trains and evaluates it.
 import dataclasses
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,13 @@ def _check_secure_noise(plan: privacy.PrivacyPlan, trainable) -> None:
         stddev,
         grid.signal_limit,
     )
+
+
+def _building(run: RunConfig) -> str:
+    """How the model's parameters come about, for the progress log."""
+    if run.model.name_or_path is None:
+        return "Initialising the model from scratch (compiling its init program)"
+    return "Loading the pretrained model"
 
 
 def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
@@ -231,6 +239,8 @@ def build_run(
 
     # 7. Model and optimizer.
     with timer.phase("start-up: model init"):
+        logging.info("%s…", _building(run))
+        started = time.perf_counter()
         root = jax.random.key(run.seed)
         model, model_config, params = pieces.build_model(
             run.model, tokenizer, jax.random.fold_in(root, 0)
@@ -240,6 +250,7 @@ def build_run(
             _check_secure_noise(plan, trainable)
         tx = steps.make_optimizer(run.train, plan.num_steps)
         opt_state = timer.sync(tx.init(trainable))
+        logging.info("Model ready in %.1f s.", time.perf_counter() - started)
 
     label_smoothing = float(run.train.label_smoothing)
 

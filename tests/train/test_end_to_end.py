@@ -186,16 +186,19 @@ def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monk
         assert ("save", step) in events[:position], events
 
 
-def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_path, monkeypatch):
+def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(
+    tmp_path, monkeypatch, caplog
+):
     """An example's dropout key follows its row in the lot; adding an example
     shifts the others' rows. Were the keys public (config.seed), their masks
     would be known and the clipped sum would move by more than C; the keys
     derive from the secret seed instead: the same public seed with another
     secret seed gives other keys.
-    And every length bucket runs once on padding before the first lot, so
-    which shapes compile (and when) does not depend on the lots."""
+    And the step compiles for every length bucket before the first lot, and
+    never during it, so which shapes compile (and when) does not depend on the
+    lots; the log names each bucket's compile (public shapes only)."""
     build_run = loop.build_run
-    calls = []
+    events = []  # ("compiled",) per add_microbatch program, ("call", shape, real rows, key).
 
     def recording_build_run(*args, **kwargs):
         run = build_run(*args, **kwargs)
@@ -204,11 +207,20 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_
         def recording_add(acc, trainable, frozen, micro, key):
             shape = (micro["input_ids"].shape[1], micro["labels"].shape[1])
             real = float(np.asarray(micro["mask"]).sum())
-            calls.append((shape, real, np.asarray(jax.random.key_data(key))))
+            events.append(("call", shape, real, np.asarray(jax.random.key_data(key))))
             return add(acc, trainable, frozen, micro, key)
 
+        recording_add.lower = add.lower  # Compiling ahead goes through the same jit.
         step_fns = dataclasses.replace(run.step.step_fns, add_microbatch=recording_add)
         return dataclasses.replace(run, step=dataclasses.replace(run.step, step_fns=step_fns))
+
+    def on_duration(event, duration, fun_name="", **_):
+        # XLA's compile (or a persistent-cache load) of one add_microbatch program.
+        if event == "/jax/core/compile/backend_compile_duration":
+            if "add_microbatch" in fun_name:
+                events.append(("compiled",))
+            elif "apply_lot" in fun_name:
+                events.append(("compiled update",))
 
     monkeypatch.setattr(loop, "build_run", recording_build_run)
     config = small_config("eps8")
@@ -222,17 +234,30 @@ def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(tmp_
         config.data.max_target_length,
         lengths_known=True,
     )
-    warmup = len(buckets.shapes)
-    assert warmup > 1
+    count = len(buckets.shapes)
+    assert count > 1
 
     def first_lot_key(noise_seed, name):
         config.noise_seed = noise_seed
-        calls.clear()
-        loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / name), stop_after_steps=1)
-        assert [shape for shape, _, _ in calls[:warmup]] == list(buckets.shapes)
-        assert all(real == 0 for _, real, _ in calls[:warmup])  # Padding only.
-        assert calls[warmup][1] > 0  # Then the first lot's real rows.
-        return calls[warmup][2]
+        events.clear()
+        caplog.clear()
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        try:
+            with caplog.at_level("INFO"):
+                loop.train_and_evaluate(
+                    RunConfig.of(config), str(tmp_path / name), stop_after_steps=1
+                )
+        finally:
+            jax.monitoring.unregister_event_duration_listener(on_duration)
+        first = next(i for i, event in enumerate(events) if event[0] == "call" and event[2] > 0)
+        assert events[:first].count(("compiled",)) == count  # One program per bucket, ahead.
+        assert ("compiled",) not in events[first:]  # None while the lot runs.
+        assert events[:first].count(("compiled update",)) == 1  # The update's too (speed).
+        assert ("compiled update",) not in events[first:]
+        for index, (source, target) in enumerate(buckets.shapes, start=1):
+            what = f"length bucket {index}/{count} (source {source}, target {target} tokens)"
+            assert f"Compiled the training step for {what} in " in caplog.text
+        return events[first][3]
 
     # Same secret seed, same keys: the resume tests above (bit-identical runs).
     assert not np.array_equal(first_lot_key(1, "first"), first_lot_key(2, "other"))
