@@ -182,28 +182,18 @@ def weighted_sum(
       shape: the leaf's shape.
       rows_finite: True only where the caller has checked that every row's X and
         Y are finite (`ghost_clipped_sum`: every norm is finite); then a row with
-        w_b = 0 adds exact zeros (w_b times finite values, on the narrower of X
-        and Y) and the `where` passes over X and Y, which stop a NaN or inf
-        row's `0 · inf`, are skipped.
+        w_b = 0 adds exact zeros through `w_b Y_b` and the `where` passes over X
+        and Y, which stop a NaN or inf row's `0 · inf`, are skipped.
 
     Returns:
       float32 `shape`.
     """
-    row = weights[:, None, None]
-    if not rows_finite:
+    if rows_finite:
+        x, y = use.x, use.y * weights[:, None, None]
+    else:
         keep = (weights != 0)[:, None, None]
-        y = jnp.where(keep, use.y * row, 0.0)
-        if use.kind == "ids":
-            return _scatter_rows(use.x, y, shape)
-        return jnp.einsum("btn,btm->nm", jnp.where(keep, use.x, 0.0), y, precision=_EXACT)
-    if use.kind == "ids":
-        return _scatter_rows(use.x, use.y * row, shape)
-    # Scale the narrower side (the inputs of q, k and v are one array: XLA
-    # computes their scaled copy once).
-    if use.x.shape[-1] <= use.y.shape[-1]:
-        return jnp.einsum("btn,btm->nm", use.x * row, use.y, precision=_EXACT)
-    return jnp.einsum("btn,btm->nm", use.x, use.y * row, precision=_EXACT)
-
-
-def _scatter_rows(ids: chex.Array, y: chex.Array, shape: tuple[int, ...]) -> chex.Array:
-    return jnp.zeros(shape, jnp.float32).at[ids.reshape(-1)].add(y.reshape(-1, shape[-1]))
+        y = jnp.where(keep, use.y * weights[:, None, None], 0.0)
+        x = use.x if use.kind == "ids" else jnp.where(keep, use.x, 0.0)
+    if use.kind == "factor":
+        return jnp.einsum("btn,btm->nm", x, y, precision=_EXACT)
+    return jnp.zeros(shape, jnp.float32).at[x.reshape(-1)].add(y.reshape(-1, shape[-1]))
