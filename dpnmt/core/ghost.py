@@ -318,33 +318,12 @@ def ghost_clipped_sum(
     sums = [None] * len(leaves)
     for index, grads in zip(fallback, fallback_grads, strict=True):
         sums[index] = weighted(grads)
-    for index in materialised:
-        sums[index] = weighted(materialised[index])
-    factored = sorted(set(handled) - set(materialised))
-
-    def factored_sums(rows_finite: bool) -> list[chex.Array]:
-        return [
-            sum(
-                _weighted_sum(u, weights, tuple(leaves[i].shape), rows_finite=rows_finite)
-                for u in uses[i]
-            )
-            for i in factored
-        ]
-
-    # A finite norm means every row's captured inputs and output gradients are
-    # finite (a NaN or inf in any of them reaches its row's own gram term), so the
-    # weighted sums need no `where` against 0 · inf; only a batch with a
-    # non-finite row runs the guarded branch.
-    for index, total in zip(
-        factored,
-        jax.lax.cond(
-            jnp.all(jnp.isfinite(norms)),
-            lambda: factored_sums(True),
-            lambda: factored_sums(False),
-        ),
-        strict=True,
-    ):
-        sums[index] = total
+    for index in handled:
+        shape = tuple(leaves[index].shape)
+        if index in materialised:
+            sums[index] = weighted(materialised[index])
+        else:
+            sums[index] = sum(_weighted_sum(u, weights, shape) for u in uses[index])
     sums = [
         s.astype(jnp.promote_types(v.dtype, jnp.float32)) for s, v in zip(sums, leaves, strict=True)
     ]

@@ -126,18 +126,12 @@ def ghost_squared_norm(uses: Sequence[Use], rows: int) -> chex.Array:
     for i, a in enumerate(uses):
         for j in range(i, len(uses)):
             b = uses[j]
-            gram_x = _gram_x(a, b)
-            gram_y = jnp.einsum("btm,bsm->bts", a.y, b.y, precision=_EXACT)
-            terms = gram_x * gram_y
+            terms = _gram_x(a, b) * jnp.einsum("btm,bsm->bts", a.y, b.y, precision=_EXACT)
             weight = 1.0 if i == j else 2.0
             gram_sum = gram_sum + weight * jnp.sum(terms, axis=(1, 2))
             gram_abs = gram_abs + weight * jnp.sum(jnp.abs(terms), axis=(1, 2))
-            if i == j:
-                # Row norms from the grams' diagonals (the same d-term float32 sums of
-                # squares as a norm): no extra pass over X and Y.
-                x_norms = 1.0 if a.kind == "ids" else jnp.sqrt(jnp.diagonal(gram_x, 0, 1, 2))
-                y_norms = jnp.sqrt(jnp.diagonal(gram_y, 0, 1, 2))
-                reach = reach + jnp.sum(x_norms * y_norms, axis=1)
+        x_norms = 1.0 if a.kind == "ids" else jnp.linalg.norm(a.x, axis=-1)
+        reach = reach + jnp.sum(x_norms * jnp.linalg.norm(a.y, axis=-1), axis=1)
     tokens = sum(u.y.shape[1] for u in uses)
     width = max(u.y.shape[2] + (0 if u.kind == "ids" else u.x.shape[2]) for u in uses)
     slack = (math.ceil(math.log2(max(tokens * tokens, 2))) + math.ceil(math.log2(width)) + 4) * _U
@@ -171,29 +165,10 @@ def prefer_ghost(uses: Sequence[Use], shape: tuple[int, ...]) -> bool:
     return tokens * tokens * width < tokens * math.prod(shape)
 
 
-def weighted_sum(
-    use: Use, weights: chex.Array, shape: tuple[int, ...], *, rows_finite: bool = False
-) -> chex.Array:
-    """Σ_b w_b (X_bᵀ Y_b) for one use, rows with w_b = 0 contributing exactly zero.
-
-    Args:
-      use: the use (not "direct").
-      weights: `[B]` float32 clip factors, exactly 0 for rows that must not count.
-      shape: the leaf's shape.
-      rows_finite: True only where the caller has checked that every row's X and
-        Y are finite (`ghost_clipped_sum`: every norm is finite); then a row with
-        w_b = 0 adds exact zeros through `w_b Y_b` and the `where` passes over X
-        and Y, which stop a NaN or inf row's `0 · inf`, are skipped.
-
-    Returns:
-      float32 `shape`.
-    """
-    if rows_finite:
-        x, y = use.x, use.y * weights[:, None, None]
-    else:
-        keep = (weights != 0)[:, None, None]
-        y = jnp.where(keep, use.y * weights[:, None, None], 0.0)
-        x = use.x if use.kind == "ids" else jnp.where(keep, use.x, 0.0)
+def weighted_sum(use: Use, weights: chex.Array, shape: tuple[int, ...]) -> chex.Array:
+    """Σ_b w_b (X_bᵀ Y_b) for one use, rows with w_b = 0 contributing exactly zero."""
+    keep = (weights != 0)[:, None, None]
+    y = jnp.where(keep, use.y * weights[:, None, None], 0.0)
     if use.kind == "factor":
-        return jnp.einsum("btn,btm->nm", x, y, precision=_EXACT)
-    return jnp.zeros(shape, jnp.float32).at[x.reshape(-1)].add(y.reshape(-1, shape[-1]))
+        return jnp.einsum("btn,btm->nm", jnp.where(keep, use.x, 0.0), y, precision=_EXACT)
+    return jnp.zeros(shape, jnp.float32).at[use.x.reshape(-1)].add(y.reshape(-1, shape[-1]))
