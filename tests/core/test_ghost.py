@@ -132,6 +132,26 @@ class GhostClippingTest(parameterized.TestCase):
         self.assertTrue(all(np.isfinite(v).all() for v in jax.tree_util.tree_leaves(got[0])))
         _assert_same(expected, got)
 
+    @parameterized.parameters((jnp.inf, 1), (-jnp.inf, 0), (jnp.nan, 1), (jnp.nan, 0))
+    def test_nonfinite_or_padding_row_adds_nothing_to_the_ghost_sums(self, value, masked_in):
+        # Forced ghost norms (the small test widths would materialise): a row
+        # whose inputs or output gradients hold inf or NaN (masked in or padding)
+        # adds exactly nothing to the factorised sums, as in vmap (0 * inf is NaN).
+        def forced(uses, shape):
+            del shape
+            return all(use.kind != "direct" for use in uses)
+
+        params, batch, loss_fn = _setup(_TiedLM)
+        batch["features"] = batch["features"].at[4, 2, 1].set(value)
+        mask = jnp.ones(6).at[4].set(masked_in)
+        expected = _run("vmap", loss_fn, params, batch, mask, 0.7)
+        with mock.patch.object(ghost, "_prefer_ghost", forced):
+            got = jax.jit(
+                lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, 0.7, clipping="ghost")
+            )(params, batch, mask)
+        self.assertTrue(all(np.isfinite(v).all() for v in jax.tree_util.tree_leaves(got[0])))
+        _assert_same(expected, got)
+
     @parameterized.parameters("ghost", "vmap")
     def test_microbatching_changes_nothing(self, clipping):
         params, batch, loss_fn = _setup(_TiedLM)
