@@ -105,9 +105,19 @@ def norm_upper_bounds(norms: chex.Array, per_example_grads: chex.ArrayTree) -> c
     """
     leaves = jax.tree_util.tree_leaves(per_example_grads)
     widest = max(math.prod(leaf.shape[1:]) for leaf in leaves)
-    slack = (math.ceil(math.log2(max(widest, 2))) + len(leaves) + 8) * _U
+    return norms * norm_rounding_factor(widest, len(leaves))
+
+
+def norm_rounding_factor(widest: int, terms: int) -> jax.Array:
+    """`1 + (⌈log2 n⌉ + terms + 8) u`: raises a float32 norm to a bound (see `norm_upper_bounds`).
+
+    Args:
+      widest: n, the most float32 squares one reduction summed for an example.
+      terms: how many per-leaf squared norms were added up.
+    """
+    slack = (math.ceil(math.log2(max(widest, 2))) + terms + 8) * _U
     # The + 8 covers the square root, this product and the rounding of 1 + slack.
-    return norms * jnp.float32(1.0 + slack)
+    return jnp.float32(1.0 + slack)
 
 
 def clip_and_sum(

@@ -36,6 +36,7 @@ per-layer norm rules and the weighted sums.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -306,7 +307,13 @@ def ghost_clipped_sum(
     for grads in fallback_grads:
         flat = grads.astype(jnp.float32).reshape(batch_size, -1)
         squared = squared + jnp.sum(jnp.square(flat), axis=1)
-    norms = jnp.sqrt(squared)
+    # Raised by the float32 rounding of the materialised and fallback sums of
+    # squares (ghost norms carry their own allowance): a norm computed low would
+    # let a clipped row exceed C.
+    summed = [math.prod(g.shape[1:]) for g in [*materialised.values(), *fallback_grads]]
+    norms = jnp.sqrt(squared) * clipping.norm_rounding_factor(
+        max(summed, default=1), len(handled) + len(fallback_grads)
+    )
 
     keep, weights = clipping.clip_factors(norms, l2_clip, mask)
 
