@@ -52,6 +52,9 @@ import time
 
 from absl import app, flags
 
+from benchmarks.whole_run_table import rows as _rows
+from benchmarks.whole_run_table import table
+
 _MODES = flags.DEFINE_list(
     "modes", ["dpnmt", "dpnmt_dp", "torch", "opacus"], "Runs: dpnmt, dpnmt_dp, torch, opacus."
 )
@@ -76,7 +79,8 @@ _WORKDIR = flags.DEFINE_string("worker_dir", None, "Internal: the worker's folde
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # dpnmt's profile phases that a plain training loop does not have.
 EXCLUDED_PHASES = ("evaluation", "final evaluation", "checkpointing")
-PAIRS = {"dpnmt": "torch", "dpnmt_dp": "opacus"}
+# dpnmt's profile phases of the training loop proper (after start-up and compiling).
+LOOP_PHASES = ("device steps", "lot preparation")
 DP_MODES = ("dpnmt_dp", "opacus")
 
 
@@ -150,7 +154,9 @@ def _dpnmt_run(mode: str, folder: str) -> dict:
         if not p["phase"].startswith(EXCLUDED_PHASES)
     )
     privacy = results["privacy"]
+    loop = sum(p["seconds"] for p in profile["phases"] if p["phase"].startswith(LOOP_PHASES))
     return {
+        "loop_s": loop,
         "process_s": wall,
         "excluded_s": excluded,
         "examples": privacy["dataset_size"],
@@ -367,6 +373,7 @@ def _worker(mode: str, workdir: str) -> dict:
             pairs, batch_size=lot, shuffle=True, drop_last=True, collate_fn=collate
         )
         scheduler, steps = _schedule(optimizer, run.train, len(loader)), 0
+        loop_start = time.perf_counter()
         for input_ids, labels in loader:
             optimizer.zero_grad()
             model(input_ids=input_ids, attention_mask=(input_ids != tokenizer.pad_id).long(),
@@ -374,7 +381,7 @@ def _worker(mode: str, workdir: str) -> dict:
             optimizer.step()
             scheduler.step()
             steps += 1
-        return {**report, "steps": steps}
+        return {**report, "steps": steps, "loop_s": time.perf_counter() - loop_start}
 
     from opacus.data_loader import DPDataLoader
     from opacus.utils.batch_memory_manager import BatchMemoryManager
@@ -392,7 +399,7 @@ def _worker(mode: str, workdir: str) -> dict:
     )
     loader = DPDataLoader(pairs, sample_rate=lot / len(pairs), collate_fn=collate)
     scheduler = _schedule(optimizer.original_optimizer, run.train, len(loader))
-    physical_steps = 0
+    physical_steps, loop_start = 0, time.perf_counter()
     with BatchMemoryManager(
         data_loader=loader, max_physical_batch_size=physical, optimizer=optimizer
     ) as batches:
@@ -407,58 +414,10 @@ def _worker(mode: str, workdir: str) -> dict:
         **report,
         "steps": len(loader),
         "physical_batches": physical_steps,
+        "loop_s": time.perf_counter() - loop_start,
         "noise_multiplier": sigma,
         "opacus_mode": clipping,
     }
-
-
-# ----------------------------------------------------------------------------- table
-
-
-def _rows(results: dict) -> list[dict]:
-    rows = []
-    for mode, result in results.items():
-        train_s = result["process_s"] - result["excluded_s"]
-        row = {"mode": mode, **result, "train_s": train_s}
-        row["examples_per_s"] = result["examples"] / train_s
-        rows.append(row)
-    by_mode = {row["mode"]: row for row in rows}
-    for ours, theirs in PAIRS.items():
-        if ours in by_mode and theirs in by_mode:
-            ratio = by_mode[ours]["examples_per_s"] / by_mode[theirs]["examples_per_s"]
-            by_mode[ours]["vs_pytorch"] = ratio
-    return rows
-
-
-NAMES = {
-    "dpnmt": "dpnmt non-private",
-    "dpnmt_dp": "dpnmt DP (ghost, Poisson)",
-    "torch": "PyTorch non-private",
-    "opacus": "PyTorch + Opacus DP",
-}
-COLUMNS = ("run", "examples", "lots", "process s", "excluded s", "train s", "ex/s", "dpnmt/PyTorch")
-
-
-def table(rows: list[dict]) -> str:
-    """The Markdown table of the rows (one per run)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
-    for row in rows:
-        name = NAMES[row["mode"]]
-        if row.get("opacus_mode"):
-            name += f" ({row['opacus_mode']})"
-        ratio = f"{row['vs_pytorch']:.2f}x" if "vs_pytorch" in row else ""
-        cells = [
-            name,
-            str(row["examples"]),
-            str(row["steps"]),
-            f"{row['process_s']:.1f}",
-            f"{row['excluded_s']:.1f}",
-            f"{row['train_s']:.1f}",
-            f"{row['examples_per_s']:.1f}",
-            ratio,
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main(argv):
@@ -467,11 +426,16 @@ def main(argv):
         print("RESULT " + json.dumps(_worker(_WORKER.value, _WORKDIR.value)), flush=True)
         return
     uptime = os.getloadavg()
-    results = {}
+    results, failed = {}, {}
     with tempfile.TemporaryDirectory(prefix="whole_run_") as folder:
         for mode in _MODES.value:
             run = _dpnmt_run if mode.startswith("dpnmt") else _torch_run
-            results[mode] = run(mode, folder)
+            try:
+                results[mode] = run(mode, folder)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                failed[mode] = str(error)[-2000:]
+                print(f"{mode} FAILED: {failed[mode]}", flush=True)
+                continue
             print(f"{mode}: " + json.dumps(results[mode]), flush=True)
     rows = _rows(results)
     load = (uptime, os.getloadavg())
@@ -479,8 +443,14 @@ def main(argv):
     print(table(rows))
     if _JSON.value:
         with open(_JSON.value, "w") as f:
-            json.dump({"rows": rows, "load_before": load[0], "load_after": load[1]}, f, indent=1)
+            json.dump(
+                {"rows": rows, "failed": failed, "load_before": load[0], "load_after": load[1]},
+                f,
+                indent=1,
+            )
         print(f"wrote {_JSON.value}")
+    if failed:
+        raise SystemExit(f"failed runs: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
