@@ -42,6 +42,7 @@ device, as a user's run). A benchmark, never a timed test.
     python -m benchmarks.whole_run --max_train_examples=6400 --json=/tmp/whole_run.json
 """
 
+import ast
 import json
 import os
 import pathlib
@@ -65,6 +66,11 @@ _CONFIG = flags.DEFINE_string("config", "configs/multi30k.py", "The config file 
 _EPSILON = flags.DEFINE_float("epsilon", 8.0, "ε of the DP runs (this one epoch).")
 _OPACUS_MODE = flags.DEFINE_enum(
     "opacus_mode", "auto", ["auto", "fgc", "hooks"], "Opacus clipping: auto picks the faster."
+)
+_SET = flags.DEFINE_list(
+    "set",
+    [],
+    "Config fields every run also sets, name=value (e.g. model.d_model=32): a smaller model.",
 )
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 3, "opacus_mode=auto: timed steps per mode.")
 _THREADS = flags.DEFINE_integer("threads", 2, "PyTorch intra-op threads.")
@@ -95,6 +101,12 @@ def _overrides(mode: str) -> dict:
         fields["data.max_train_examples"] = _MAX_TRAIN.value
     if mode in DP_MODES:
         fields["dp.target_epsilon"] = _EPSILON.value
+    for item in _SET.value:
+        name, _, value = item.partition("=")
+        try:
+            fields[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            fields[name] = value  # A plain string, e.g. data.length_buckets=none.
     return fields
 
 
@@ -177,6 +189,8 @@ def _torch_run(mode: str, folder: str) -> dict:
     command += [f"--epsilon={_EPSILON.value}", f"--config={_CONFIG.value}"]
     if _MAX_TRAIN.value is not None:
         command.append(f"--max_train_examples={_MAX_TRAIN.value}")
+    if _SET.value:
+        command.append(f"--set={','.join(_SET.value)}")
     wall, done = _timed(command)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return {"process_s": wall, **json.loads(lines[-1][len("RESULT ") :])}

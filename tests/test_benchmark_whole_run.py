@@ -14,13 +14,21 @@ from tests.markers import needs_data
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
+# A 1+1-layer width-32 model, one shape: the table's plumbing, not the figures (CI time).
+TINY = ",".join([
+    "model.d_model=32", "model.d_ff=64", "model.d_kv=8", "model.num_heads=2",
+    "model.num_layers=1", "model.num_decoder_layers=1", "data.length_buckets=none",
+    "data.max_source_length=16", "data.max_target_length=16", "train.expected_lot_size=128",
+])  # fmt: skip
+
+
 @pytest.mark.slow
 @needs_data
 def test_whole_run_tiny_prints_every_row(tmp_path):
     out = tmp_path / "whole_run.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.whole_run", "--max_train_examples=600",
-         "--opacus_mode=auto", "--probe_steps=1", f"--json={out}"],
+        [sys.executable, "-m", "benchmarks.whole_run", "--max_train_examples=300",
+         "--opacus_mode=auto", "--probe_steps=1", f"--json={out}", f"--set={TINY}"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -47,7 +55,7 @@ def test_whole_run_tiny_prints_every_row(tmp_path):
     assert rows[0].endswith("x |") and rows[1].endswith("x |")  # The two ratios.
     written = {row["mode"]: row for row in json.loads(out.read_text())["rows"]}
     # The same epoch on both sides: the same N, and σ for the same N and T.
-    assert written["dpnmt"]["examples"] == written["torch"]["examples"] == 600
+    assert written["dpnmt"]["examples"] == written["torch"]["examples"] == 300
     assert written["dpnmt_dp"]["noise_multiplier"] == pytest.approx(
         written["opacus"]["noise_multiplier"]
     )
