@@ -109,7 +109,8 @@ def private_grad_sum(
     per-example gradients only for the parameters it cannot factorise. A
     `loss_fn` that uses no Flax module gets the `vmap` result either way, and
     so does one whose layers cannot be intercepted (`nn.scan`, `nn.vmap`), with
-    a `ghost.GhostClippingWarning` saying why.
+    a `ghost.GhostClippingWarning` saying why. `"ghost"` needs flax (the
+    `ghost` extra): without it, it raises rather than switching to `"vmap"`.
 
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
