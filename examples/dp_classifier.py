@@ -2,7 +2,7 @@
 
 Data: 8x8 images of a bar (horizontal, vertical, diagonal or anti-diagonal,
 at a random offset) in Gaussian noise, generated here from a fixed seed, so
-the example needs nothing beyond `pip install dpnmt` (no scikit-learn).
+the example needs nothing beyond `pip install "dpnmt[ghost]"` (no scikit-learn).
 
 Each step: a JAX Poisson lot (`poisson_lot`, q = L/N, padded to a capacity
 from `lot_capacity`) -> fixed-shape micro-batches -> `private_lot_gradient`

@@ -155,13 +155,19 @@ def test_planted_core_problems_are_found(tmp_path):
             "dpnmt/core/noise.py": "import jax\nimport os\nimport torch\n"
             "from dpnmt.core import clip\nfrom dpnmt import models\nopen('x')\n",
             "dpnmt/core/clip.py": "import math\n",
+            # flax: optional, in ghost alone, and only where its absence is caught.
+            "dpnmt/core/ghost.py": "try:\n    import flax.linen as nn\nexcept ImportError:\n"
+            "    nn = None\nimport flax\n",
+            "dpnmt/core/other.py": "try:\n    import flax\nexcept ImportError:\n    pass\n",
         },
     )
     assert core_problems(root) == [
+        "dpnmt.core.ghost:5: imports flax",
         "dpnmt.core.noise:2: imports os",
         "dpnmt.core.noise:3: imports torch",
         "dpnmt.core.noise:5: imports dpnmt",
         "dpnmt.core.noise:6: open() (core does no I/O)",
+        "dpnmt.core.other:2: imports flax",
     ]
 
 

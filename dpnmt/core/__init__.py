@@ -1,8 +1,9 @@
 """dpnmt.core: pure, jit-able DP-SGD building blocks for any JAX project.
 
 Per-example clipping, Gaussian noise, gradient accumulation over micro-batches,
-and privacy accounting. Imports only jax, chex, optax, dp_accounting, and flax
-(to find the layers of a Flax loss for book-keeping clipping, `dpnmt.core.ghost`).
+and privacy accounting. Imports only jax, chex, optax, dp_accounting, scipy and
+numpy; flax (the optional `ghost` extra, `pip install "dpnmt[ghost]"`) only to
+find the layers of a Flax loss for book-keeping clipping (`dpnmt.core.ghost`).
 """
 
 from dpnmt.core import dp_step  # noqa: F401 - the one DP lot step, as `dpnmt.core.dp_step` (its own API page)

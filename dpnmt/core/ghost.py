@@ -42,12 +42,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import chex
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.extend import core as jax_core
 
 from dpnmt.core import clipping
+
+try:  # flax is the optional `ghost` extra: without it, dpnmt.core imports and runs "vmap".
+    import flax.linen as nn
+except ImportError as error:
+    nn, _FLAX_MISSING = None, error
+else:
+    _FLAX_MISSING = None
 
 # The per-layer norm rules live in ghost_norms; their old private names stay here
 # (tests patch `ghost._prefer_ghost`).
@@ -75,6 +81,19 @@ class PlanMismatchError(RuntimeError):
 # their traced inputs): `private_grad.private_grad_sum` then falls back to vmap.
 UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, PlanMismatchError)
 _warned: set[tuple[str, ...]] = set()
+
+
+def require_flax() -> None:
+    """Raises ImportError, naming the fix, when flax (the `ghost` extra) cannot be imported."""
+    if nn is None:
+        raise ImportError(
+            'clipping="ghost" (the default) needs flax, which `pip install dpnmt` does not '
+            'install: run `pip install "dpnmt[ghost]"`, or pass clipping="vmap" '
+            '(clipping_method="vmap" for private_lot_gradient): the same clipped sum from '
+            "per-example gradients, all a loss without Flax layers gets from ghost clipping. "
+            f"(import flax.linen: {type(_FLAX_MISSING).__name__}: {_FLAX_MISSING})",
+            name="flax",
+        ) from _FLAX_MISSING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,7 +273,11 @@ def ghost_clipped_sum(
     Returns:
       `(grad_sum, norms, losses)`: float32 clipped sum (structure of `params`),
       `[B]` unclipped norms (non-finite for non-finite examples), `[B]` losses.
+
+    Raises:
+      ImportError: flax is not installed (`pip install "dpnmt[ghost]"`).
     """
+    require_flax()
     leaves, treedef = jax.tree_util.tree_flatten(params)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
     batch_size = mask.shape[0]

@@ -109,7 +109,8 @@ def private_grad_sum(
     per-example gradients only for the parameters it cannot factorise. A
     `loss_fn` that uses no Flax module gets the `vmap` result either way, and
     so does one whose layers cannot be intercepted (`nn.scan`, `nn.vmap`), with
-    a `ghost.GhostClippingWarning` saying why.
+    a `ghost.GhostClippingWarning` saying why. `"ghost"` needs flax (the
+    `ghost` extra): without it, it raises rather than switching to `"vmap"`.
 
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
@@ -129,12 +130,14 @@ def private_grad_sum(
         `jax.random.split(key, B)[i]` (e.g. for dropout), whatever the method
         and micro-batching. Use a different key for every batch.
       spmd_axis_name: passed to `jax.vmap` for batches sharded over a mesh axis.
-      clipping: `"ghost"` (default) or `"vmap"`.
+      clipping: `"ghost"` (default; needs flax, `pip install "dpnmt[ghost]"`)
+        or `"vmap"`.
       microbatch_size: if set, the batch is processed in sequential chunks of
         this many examples (B must be a multiple of it) to bound peak memory;
         the result is the same.
 
     Raises:
+      ImportError: `clipping="ghost"` without flax installed (the `ghost` extra).
       TypeError: `l2_clip` is traced (an argument of `jax.jit`).
       ValueError: bad `clipping`, `microbatch_size`, `l2_clip`, `mask` (shape
         other than `[B]`, or concrete entries other than 0/1), batch leaves of
@@ -149,6 +152,8 @@ def private_grad_sum(
     """
     if clipping not in CLIPPING_METHODS:
         raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
+    if clipping == "ghost":
+        ghost.require_flax()
     l2_clip = validation.check_positive("l2_clip", l2_clip)
     batch_size = validation.check_batch_axis("batch", batch)
     validation.check_mask(mask, batch_size)

@@ -96,3 +96,57 @@ def test_rdp_convergence_warnings_are_dropped_only_during_accounting():
     finally:
         absl_logger.removeHandler(records)
     assert not absl_logger.filters
+
+
+_WITHOUT_FLAX = """
+import importlib.abc, sys
+
+class NoFlax(importlib.abc.MetaPathFinder):  # as if flax were not installed
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "flax":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoFlax())
+import jax, jax.numpy as jnp
+from dpnmt import core
+assert not [m for m in sys.modules if m.split(".")[0] == "flax"]
+
+def loss_fn(params, example):
+    return jnp.sum(jnp.tanh(example["x"] @ params["w"]))
+
+params = {"w": jnp.ones((3, 2))}
+data = {"x": jax.random.normal(jax.random.key(0), (8, 3))}
+mask = jnp.ones(8)
+grad_sum, _, _ = core.private_grad_sum(loss_fn, params, data, mask, 0.5, clipping="vmap")
+grads = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(params, data)
+expected, _ = core.clip_and_sum(grads, 0.5, mask)
+assert jnp.allclose(grad_sum["w"], expected["w"]), (grad_sum, expected)
+lot = core.poisson_lot(jax.random.key(1), 8, 0.5, microbatch_size=4, max_microbatches=4)
+step = dict(l2_clip=0.5, noise_multiplier=1.0, expected_lot_size=4.0)
+grad = core.private_lot_gradient(loss_fn, params, data, lot, jax.random.key(2),
+                                 clipping_method="vmap", **step)
+assert bool(jnp.all(jnp.isfinite(grad["w"])))
+for call in (
+    lambda: core.private_grad_sum(loss_fn, params, data, mask, 0.5),
+    lambda: jax.jit(lambda p: core.private_lot_gradient(
+        loss_fn, p, data, lot, jax.random.key(2), **step))(params),
+):
+    try:
+        call()
+    except ImportError as error:
+        print("ImportError:", error)
+    else:
+        raise AssertionError("ghost clipping ran without flax")
+"""
+
+
+def test_core_imports_and_clips_without_flax_and_ghost_names_the_extra():
+    """flax is the optional `ghost` extra: without it, vmap works and ghost says what to install."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_FLAX], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    errors = [line for line in out.stdout.splitlines() if line.startswith("ImportError:")]
+    assert len(errors) == 2, out.stdout
+    for line in errors:
+        assert 'pip install "dpnmt[ghost]"' in line and 'clipping="vmap"' in line, line
