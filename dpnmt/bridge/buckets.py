@@ -134,9 +134,10 @@ def padding_microbatches(
     """One all-padding micro-batch per bucket shape (mask 0): data-free warm-up.
 
     The training loop compiles the step for each (lowered on these rows,
-    never run) before the first lot, so every bucket shape compiles up front. Which shapes compile, and when, then
-    no longer depends on the private lots (compile times would otherwise show
-    when a lot first needed a shape, in rates and in a compilation cache).
+    never run) before the first lot, so every bucket shape compiles up front.
+    Which shapes compile, and when, then no longer depends on the private lots
+    (compile times would otherwise show when a lot first needed a shape, in
+    rates and in a compilation cache).
 
     Args:
       buckets: the run's length buckets.
