@@ -20,12 +20,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# `python -m dpnmt.train` children: no compilation cache in the user's home
-# (dpnmt.training.compilation_cache); tests/train/test_sweep.py lifts it for its
-# sweeps, whose runs then share the sweep's own jax_cache.
-os.environ.setdefault("DPNMT_COMPILATION_CACHE", "off")
-# Public vocabularies (dpnmt.data.public_vocab) built by tests go to a temporary
-# folder, not the user's ~/.cache; removed when the session ends.
+# Tests run children in other folders (tmp_path): a relative data root such as
+# .ci/run's ../shared/data would not resolve there.
+if os.environ.get("DPNMT_DATA_DIR"):
+    os.environ["DPNMT_DATA_DIR"] = os.path.abspath(os.environ["DPNMT_DATA_DIR"])
+# Public vocabularies (dpnmt.data.public_vocab) and the compiled programs of
+# `python -m dpnmt.train` children (dpnmt.training.compilation_cache, "auto") go
+# to one temporary folder for the session, never the user's ~/.cache; removed
+# when the session ends. pytest-xdist workers inherit the controller's folder.
+# Children of the same tiny configs then load programs an earlier test compiled
+# (CI time); a loaded program is the one compiled, so results do not change.
 if "DPNMT_CACHE_DIR" not in os.environ:
     import atexit  # noqa: E402
     import shutil  # noqa: E402
@@ -33,6 +37,9 @@ if "DPNMT_CACHE_DIR" not in os.environ:
 
     os.environ["DPNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpnmt-test-cache-")
     atexit.register(shutil.rmtree, os.environ["DPNMT_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault(
+    "DPNMT_COMPILATION_CACHE", os.path.join(os.environ["DPNMT_CACHE_DIR"], "jax_children")
+)
 
 import hypothesis  # noqa: E402
 

@@ -21,7 +21,7 @@ def test_readme_is_short():
 
 def test_readme_states_the_test_command_ci_runs():
     ci = (README.parent / ".ci" / "run").read_text()
-    command = ".venv/bin/python -m pytest -q --durations=20 tests"
+    command = ".venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=20 tests"
     assert f"```bash\n{command}\n```" in README.read_text()
     assert ci.rstrip().splitlines()[-1] == command
 
