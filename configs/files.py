@@ -12,6 +12,8 @@ public text of that pair (`--config.tokenizer.public_corpora=<corpora>` or
 `--config.tokenizer.public_text_paths=<files>`), a pretrained model
 (`--config.model.name_or_path`), or, with tens of thousands of pairs,
 `--config.tokenizer.kind=dp_sentencepiece` (its ε adds to the run's).
+Below ~200 x its threshold pairs a DP vocabulary logs a note with the fixes
+(docs/data.md, "A DP vocabulary on a small corpus").
 For Multi30K use configs/multi30k.py (its sizes and DP hyper-parameters).
 """
 

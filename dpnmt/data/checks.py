@@ -13,6 +13,11 @@ from dpnmt.errors import InputError
 # fallback) and one piece per character it covers (coverage 1.0), before any word.
 SPECIAL_PIECES, BYTE_PIECES = 3, 256
 _LEARNT = ("dp_sentencepiece", "sentencepiece_private")
+# A DP vocabulary keeps a word only if it occurs in more than C pairs (its
+# threshold); below N = PAIRS_PER_THRESHOLD * C few words pass and sentences are
+# spelt in characters (2,000 Multi30K pairs at σ 20: C = 136, 43 words, 1,433 of
+# the 2,000 T5 sources longer than 64 pieces; docs/data.md "Small corpora").
+PAIRS_PER_THRESHOLD = 200
 
 
 def kept_pairs(train, pair: str) -> int:
@@ -168,3 +173,62 @@ def vocabulary_problems(run, train, dataset_size: int) -> list[str]:
             f"one per distinct character of the text, more than that here; {fix}."
         ]
     return []
+
+
+def _dp_params(settings, noise_stddev: float) -> dp_sentencepiece.DPVocabularyParams:
+    return dp_sentencepiece.DPVocabularyParams(
+        noise_stddev=noise_stddev, delta=settings.dp_delta, max_words=settings.dp_max_words
+    )
+
+
+def small_corpus_note(run, dataset_size: int) -> str | None:
+    """A note before anything is written when N is too small for a useful DP vocabulary.
+
+    It reads only public values: N (assumed public, as in the accounting), σ,
+    δ and W of the tokenizer section; never the text. It names the fixes: a
+    public vocabulary, BPE (keeps the few surviving words whole), or the σ at
+    which a word needs to occur in N / PAIRS_PER_THRESHOLD pairs, with its ε.
+
+    Args:
+      run: the resolved `dpnmt.config.RunConfig`.
+      dataset_size: N, the pairs `preprocess` keeps.
+
+    Returns:
+      The note, or None (not DP-SentencePiece, or N large enough).
+    """
+    settings = run.tokenizer
+    if run.tokenizer_kind != "dp_sentencepiece" or settings.dp_problems():
+        return None
+    params = _dp_params(settings, settings.dp_noise_stddev)
+    if dataset_size >= PAIRS_PER_THRESHOLD * params.threshold:
+        return None
+    # C = m + σ q: the σ whose threshold is N / PAIRS_PER_THRESHOLD.
+    quantile = (params.threshold - params.max_count_per_word) / params.noise_stddev
+    sigma = (dataset_size / PAIRS_PER_THRESHOLD - params.max_count_per_word) / quantile
+    if sigma > 0:
+        smaller = _dp_params(settings, sigma)
+        epsilon = max(smaller.epsilon, smaller.epsilon_analytic)
+        lower = (
+            f"tokenizer.dp_noise_stddev={sigma:.3g} (C={smaller.threshold:.1f}), whose vocabulary "
+            f"ε is {epsilon:.3g} instead of {max(params.epsilon, params.epsilon_analytic):.3g} "
+            "(added to DP-SGD's)"
+        )
+    else:
+        lower = "no σ reaches that at this N"
+    bpe = (
+        " tokenizer.model_type=bpe keeps the surviving words whole (unigram splits them when few "
+        "survive): on 2,000 Multi30K pairs at σ 20, 236 T5 sources over 64 pieces instead of 1,433."
+        if settings.model_type == "unigram"
+        else ""
+    )
+    return (
+        f"DP-SentencePiece on N={dataset_size:,d} training pairs: a word is kept only if it occurs "
+        f"in more than C={params.threshold:.1f} pairs (tokenizer.dp_noise_stddev="
+        f"{settings.dp_noise_stddev:g}, dp_delta={settings.dp_delta:g}, dp_max_words="
+        f"{settings.dp_max_words}), so few words will be pieces, sentences will be spelt in "
+        f"characters and many cut to data.max_source_length; about "
+        f"{PAIRS_PER_THRESHOLD * params.threshold:,.0f} pairs are needed at this σ. Better: a "
+        "public vocabulary (tokenizer.kind=sentencepiece_public with tokenizer.public_corpora; "
+        "python -m dpnmt.public_vocab) or a pretrained model (model.name_or_path), no ε spent; "
+        f"or a smaller σ for C <= N/{PAIRS_PER_THRESHOLD}: {lower}.{bpe}"
+    )

@@ -145,7 +145,9 @@ def build_tokenizer(
             f"{VOCABULARY_RECORD_FILE} are both needed). It is not learnt again from the "
             "private data: restore the files, or train in a new workdir."
         )
-    tokenizer, record = _learn_vocabulary(run.tokenizer, kind, run.data.pair, corpus, noise_seed)
+    tokenizer, record = _learn_vocabulary(
+        run.tokenizer, kind, run.data.pair, corpus, noise_seed, prefix_words(run)
+    )
     health.log_warnings(
         [health.vocabulary_warning(run.tokenizer.vocab_size, tokenizer.vocab_size, kind)]
     )
@@ -156,14 +158,25 @@ def build_tokenizer(
     return tokenizer, record
 
 
+def prefix_words(run: RunConfig) -> tuple[str, ...]:
+    """The words of the source prefix `preprocess` puts before every source (public text)."""
+    pair = parse_pair(run.data.pair)
+    prefix = preprocess_lib.family_source_prefix(run.model.family, pair, run.model.source_prefix)
+    return tuple(prefix.split())
+
+
 def _learn_vocabulary(
     settings: TokenizerConfig,
     kind: str,
     pair_name: str,
     corpus: datasets.DatasetDict,
     noise_seed: int | None,
+    public_words: tuple[str, ...] = (),
 ) -> tuple[tokenizers.Tokenizer, tokenizers.VocabularyRecord]:
-    """A new vocabulary of the resolved `kind` (DP, public or, if accepted, private text)."""
+    """A new vocabulary of the resolved `kind` (DP, public or, if accepted, private text).
+
+    `public_words` (the source prefix's) join a DP vocabulary's survivors at no ε.
+    """
     pair = parse_pair(pair_name)
     train = corpus["train"]["translation"]
     common = dict(vocab_size=settings.vocab_size, model_type=settings.model_type)
@@ -175,7 +188,7 @@ def _learn_vocabulary(
         )
         examples = [(row[pair.source], row[pair.target]) for row in train]
         tokenizer, record = dp_sentencepiece.train_dp_sentencepiece(
-            examples, params=params, seed=noise_seed, **common
+            examples, params=params, seed=noise_seed, public_words=public_words, **common
         )
     elif kind == "sentencepiece_public" and settings.public_corpora:
         built = public_vocab.build_public_vocabulary(

@@ -20,7 +20,7 @@ from dpnmt import privacy
 from dpnmt.bridge import buckets
 from dpnmt.config import DataConfig, RunConfig
 from dpnmt.data import checks as data_checks
-from dpnmt.data import public_checks
+from dpnmt.data import health, public_checks
 from dpnmt.errors import raise_problems
 from dpnmt.models import checks as model_checks
 from dpnmt.training import compilation_cache, pretrained_privacy
@@ -101,6 +101,9 @@ def check_run(
       load_corpus: `data section -> DatasetDict` (`training.pieces.load_corpus`).
       corpus_transform: as for `training.loop.train_and_evaluate`.
 
+    A sound run whose corpus is too small for its DP vocabulary gets a logged
+    note first (`data.checks.small_corpus_note`), before anything is written.
+
     Raises:
       ConfigError: every problem found, one line each.
       InputError: the corpus cannot be loaded (missing files, offline hub, ...).
@@ -122,6 +125,7 @@ def check_run(
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
+    health.log_warnings([data_checks.small_corpus_note(run, dataset_size)])
 
 
 def _other_deltas(run: RunConfig) -> tuple:
