@@ -1,4 +1,4 @@
-"""Compile seconds of the DP lot update: the noise drawn per leaf (as before) vs one draw.
+"""Compile seconds (and run time) of the DP lot update: noise drawn per leaf (as before) vs once.
 
 The update is the trainer's `core.dp_step.apply_lot` (noise once, ÷ L, the
 config's optimizer) on the Multi30K config's model (`configs/multi30k.py`,
@@ -6,7 +6,8 @@ config's optimizer) on the Multi30K config's model (`configs/multi30k.py`,
 parameters' shapes, the compilation cache off. "per-leaf" replaces
 `core.add_gaussian_noise` by the former one (a key and a `jax.random.normal`
 draw per leaf, each with a straight-line Threefry hash that XLA compiles per
-leaf); "one-draw" is the current one. Modes alternate, ROUNDS times:
+leaf); "one-draw" is the current one. Modes alternate, ROUNDS times; each
+compiled update then runs 5 times on zeros (the median is printed):
 
     python -m benchmarks.noise_compile
     ROUNDS=1 MODES=one-draw python -m benchmarks.noise_compile
@@ -74,6 +75,7 @@ def main():
     """Prints one line per mode and round."""
     jax.config.update("jax_enable_compilation_cache", False)
     update, args, size, leaves = update_program()
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), args[:2])
     print(f"Multi30K config model: {size} parameters in {len(leaves)} leaves")
     for _ in range(int(os.environ.get("ROUNDS", "2"))):
         for mode in os.environ.get("MODES", "per-leaf,one-draw").split(","):
@@ -85,10 +87,16 @@ def main():
                 t1 = time.perf_counter()
                 compiled = lowered.compile()
                 t2 = time.perf_counter()
+            seconds = []
+            for _ in range(5):
+                t3 = time.perf_counter()
+                jax.block_until_ready(compiled(*zeros, args[2]))
+                seconds.append(time.perf_counter() - t3)
             ops = collections.Counter(re.findall(r"= \S+ (\w[\w-]*)\(", compiled.as_text()))
             print(
                 f"{mode:9s} lower {t1 - t0:5.2f}s compile {t2 - t1:5.2f}s "
-                f"HLO instructions {sum(ops.values())} (xor, Threefry: {ops['xor']})",
+                f"HLO instructions {sum(ops.values())} (xor, Threefry: {ops['xor']}) "
+                f"run {1e3 * sorted(seconds)[2]:.0f} ms",
                 flush=True,
             )
 
