@@ -2,7 +2,9 @@
 
 A small Flax LM (133k parameters: tied 512-word embedding, 2 layers of
 `nn.Dense` attention and MLP, d 64), batch 32 x 32 tokens, the compilation
-cache off, the three programs compiled one after another in one process:
+cache off, the programs compiled one after another in one process ("ghost-per-leaf"
+is the ghost DP step with the former noise, a draw per leaf:
+`benchmarks.noise_compile.per_leaf_noise`):
 
     python -m benchmarks.ghost_compile
     MODES=jax,ghost python -m benchmarks.ghost_compile
@@ -17,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from benchmarks.noise_compile import per_leaf_noise
 from dpnmt import core
 
 V, D, L, T, B = 512, 64, 2, 32, 32
@@ -58,6 +61,8 @@ def _programs():
                 g, _, _ = core.private_grad_sum(loss_fn, p, ids, mask, 1.0, clipping="ghost")
                 if mode == "ghost":
                     g = core.add_gaussian_noise(g, 1.0, key)
+                elif mode == "ghost-per-leaf":
+                    g = per_leaf_noise(g, 1.0, key)
             return jax.tree.map(lambda w, g: w - 1e-3 * g, p, g)
 
         return f
@@ -71,7 +76,7 @@ def main():
     params, ids, step = _programs()
     n = sum(v.size for v in jax.tree.leaves(params))
     out = []
-    for mode in os.environ.get("MODES", "jax,ghost,ghost-no-noise").split(","):
+    for mode in os.environ.get("MODES", "jax,ghost,ghost-per-leaf,ghost-no-noise").split(","):
         t0 = time.perf_counter()
         lowered = jax.jit(step(mode)).lower(params, ids, jax.random.key(2))
         t1 = time.perf_counter()

@@ -26,11 +26,18 @@ def add_gaussian_noise(
 ) -> chex.ArrayTree:
     """Adds independent N(0, stddev²) noise to every element of `tree`.
 
-    `key` is split once per leaf, so leaves get independent noise. The draws are
-    `jax.random.normal`'s, bit for bit (float32 Threefry keys compute them with
-    `core.threefry`, which XLA's CPU backend runs several times faster). Low-precision
-    leaves (bfloat16, float16) get noise sampled in float32 and the sum is cast
-    back: the dtype of every leaf is preserved.
+    One draw per sampling dtype, not per leaf: the d coordinates of the leaves
+    sampled in float32 (float32, bfloat16, float16 leaves; float64 ones are
+    sampled in float64) get `jax.random.normal(k, (d,))`, in flattening order,
+    sliced and reshaped back to the leaves, with k = `jax.random.split(key, g)[i]`
+    for the i-th of the g dtypes present (g = 1 unless float64 leaves are mixed
+    in). Threefry hashes each coordinate's index, so every coordinate, in every
+    leaf, gets its own bits: the noise is i.i.d. N(0, stddev²) across the
+    whole tree. The draws are `jax.random.normal`'s, bit for bit (float32
+    Threefry keys compute them with `core.threefry.normal_vector`: XLA's CPU
+    backend runs it several times faster, and compiles its hash once, where one
+    draw per leaf compiled one hash per leaf). Noise is added in float32 (or
+    float64) and the sum cast back: the dtype of every leaf is preserved.
 
     Floating-point exposure (mode "float"): a float32 sample takes at most 2**23
     values, and `float32(x + z)` lands only on floats reachable from `x`, so the
@@ -62,25 +69,33 @@ def add_gaussian_noise(
         l2_sensitivity = validation.check_positive("l2_sensitivity", l2_sensitivity)
         return secure_noise.add_discrete_gaussian_noise(tree, stddev, l2_sensitivity, key)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    keys = jax.random.split(key, len(leaves))
-    noised = []
-    for leaf, leaf_key in zip(leaves, keys, strict=True):
-        leaf = jnp.asarray(leaf)
+    leaves = [jnp.asarray(leaf) for leaf in leaves]
+    groups = {}  # sampling dtype -> indices of its leaves, in flattening order
+    for index, leaf in enumerate(leaves):
         if not jnp.issubdtype(leaf.dtype, jnp.floating):
             raise TypeError(f"add_gaussian_noise needs floating leaves, got {leaf.dtype}.")
-        sample_dtype = jnp.promote_types(leaf.dtype, jnp.float32)
-        noise = _standard_normal(leaf_key, leaf.shape, sample_dtype) * stddev
-        noised.append((leaf.astype(sample_dtype) + noise).astype(leaf.dtype))
+        groups.setdefault(jnp.promote_types(leaf.dtype, jnp.float32), []).append(index)
+    noised = list(leaves)
+    for (dtype, indices), group_key in zip(
+        groups.items(), jax.random.split(key, len(groups)), strict=True
+    ):
+        draws = _standard_normal(group_key, sum(leaves[i].size for i in indices), dtype)
+        start = 0
+        for i in indices:
+            leaf = leaves[i]
+            noise = draws[start : start + leaf.size].reshape(leaf.shape) * stddev
+            noised[i] = (leaf.astype(dtype) + noise).astype(leaf.dtype)
+            start += leaf.size
     return jax.tree_util.tree_unflatten(treedef, noised)
 
 
-def _standard_normal(key: chex.PRNGKey, shape: tuple[int, ...], dtype) -> chex.Array:
-    """`jax.random.normal(key, shape, dtype)`; float32 Threefry draws without XLA's CPU loop."""
+def _standard_normal(key: chex.PRNGKey, size: int, dtype) -> chex.Array:
+    """`jax.random.normal(key, (size,), dtype)`; float32 Threefry draws as one hash on CPU."""
     if dtype == jnp.float32:
-        sample = threefry.normal(key, shape)
+        sample = threefry.normal_vector(key, size)
         if sample is not None:
             return sample
-    return jax.random.normal(key, shape, dtype)
+    return jax.random.normal(key, (size,), dtype)
 
 
 def check_noise_mode(mode: str) -> str:

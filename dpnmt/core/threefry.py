@@ -1,4 +1,4 @@
-"""`jax.random.bits` and `jax.random.normal` for Threefry keys, bit for bit, without XLA loops.
+"""`jax.random.bits` and `jax.random.normal` for Threefry keys, bit for bit, hash unrolled.
 
 JAX lowers its Threefry-2x32 hash on CPU as a rolled loop (5 iterations, each
 reading and writing every word of the output), which made the Gaussian noise
@@ -112,8 +112,41 @@ def normal(key: chex.Array, shape: tuple[int, ...]) -> chex.Array | None:
       float32 array of `shape`, or None.
     """
     bits = random_bits(key, shape)
-    if bits is None:
+    return None if bits is None else _normal_from_bits(bits)
+
+
+def normal_vector(key: chex.Array, size: int) -> chex.Array | None:
+    """`jax.random.normal(key, (size,), jnp.float32)`, computed once however it is sliced.
+
+    The same values as `normal(key, (size,))`, from a loop of two iterations, each
+    hashing half the indices. XLA copies a straight-line hash into the fusion of
+    every consumer, so a vector sliced into n pieces compiled n hashes; a loop's
+    result is stored once, so one hash is compiled and the slices read it.
+
+    Args:
+      key: one PRNG key, typed or raw uint32 `[2]`.
+      size: static number of draws.
+
+    Returns:
+      float32 array `[size]`, or None if `key` is not a Threefry key or `size`
+      is 2**31 or more (the loop's int32 offsets).
+    """
+    words = _key_words(key)
+    if words is None or size >= 2**31:
         return None
+    half = -(-size // 2)
+
+    def draw_half(i, out):
+        counter = lax.iota(np.uint32, half) + i.astype(np.uint32) * np.uint32(half)
+        high, low = threefry2x32(words, jnp.zeros_like(counter), counter)
+        return lax.dynamic_update_slice(out, _normal_from_bits(high ^ low), (i * half,))
+
+    out = lax.fori_loop(0, 2, draw_half, jnp.zeros((2 * half,), jnp.float32))
+    return out[:size]
+
+
+def _normal_from_bits(bits: chex.Array) -> chex.Array:
+    """JAX's float32 normal from uint32 words: sqrt(2) erfinv(u), u from 23 mantissa bits."""
     one = np.float32(1.0)
     mantissa = lax.shift_right_logical(bits, np.uint32(9)) | np.array(one).view(np.uint32)
     floats = lax.bitcast_convert_type(mantissa, jnp.float32) - one

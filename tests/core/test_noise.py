@@ -1,5 +1,7 @@
 """Gaussian noise: its scale, independence, dtypes, and once-per-lot release."""
 
+import re
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -95,22 +97,68 @@ class AddGaussianNoiseTest(parameterized.TestCase):
         chex.assert_trees_all_equal_shapes_and_dtypes(noised, tree)
 
     @parameterized.parameters(jnp.float32, jnp.bfloat16)
-    def test_noise_is_jax_random_normal_bit_for_bit(self, dtype):
+    def test_noise_is_one_jax_random_normal_draw_bit_for_bit(self, dtype):
+        """One `jax.random.normal` draw over all coordinates, sliced to the leaves (issue 30
+        item 3: a draw per leaf compiled a Threefry hash per leaf)."""
         tree = {"w": jnp.full((33, 17), 2.0, dtype), "b": [jnp.zeros((5,), dtype)]}
+        tree["empty"] = jnp.ones((0, 3), dtype)
         key = jax.random.key(9)
 
-        def reference(tree, key):  # The draws of jax.random.normal, as before core.threefry.
+        def reference(tree, key):
             leaves, treedef = jax.tree_util.tree_flatten(tree)
-            keys = jax.random.split(key, len(leaves))
-            noised = [
-                (leaf.astype(jnp.float32) + jax.random.normal(k, leaf.shape) * 0.5).astype(dtype)
-                for leaf, k in zip(leaves, keys, strict=True)
-            ]
+            (group_key,) = jax.random.split(key, 1)
+            draws = jax.random.normal(group_key, (sum(leaf.size for leaf in leaves),))
+            noised, start = [], 0
+            for leaf in leaves:
+                noise = draws[start : start + leaf.size].reshape(leaf.shape) * 0.5
+                noised.append((leaf.astype(jnp.float32) + noise).astype(leaf.dtype))
+                start += leaf.size
             return jax.tree_util.tree_unflatten(treedef, noised)
 
         for transform in (jax.jit, lambda f: f):
             noised = transform(lambda t, k: core.add_gaussian_noise(t, 0.5, k))(tree, key)
             chex.assert_trees_all_equal(noised, transform(reference)(tree, key))
+
+    def test_every_leaf_has_the_right_std_and_no_two_leaves_share_bits(self):
+        """Many leaves, equal and unequal shapes: each leaf's noise is N(0, σ²) i.i.d.,
+        uncorrelated with every other leaf's (no bits reused), and fresh per key."""
+        stddev, n = 2.5, 8192
+        shapes = [(n,)] * 4 + [(64, 128), (128, 64), (2, 4096), (n // 2, 2)]
+        tree = [jnp.zeros(shape) for shape in shapes]
+        step_noise = []
+        for step in range(3):
+            key = core.noise_key_for_step(jax.random.key(12), step)
+            noise = jax.jit(lambda t, k: core.add_gaussian_noise(t, stddev, k))(tree, key)
+            step_noise.append(np.stack([np.asarray(leaf, np.float64).ravel() for leaf in noise]))
+        num_tests = len(shapes) * (1 + len(shapes) * 3)  # Bonferroni over every check below.
+        alpha = ALPHA / num_tests
+        # Known mean 0: sum(z²)/σ² ~ chi-square(n) per leaf.
+        low, high = scipy.stats.chi2.ppf([alpha / 2, 1 - alpha / 2], n)
+        for leaf in step_noise[0]:
+            self.assertBetween(np.sum(leaf**2) / stddev**2, low, high)
+        # Sample correlations of independent leaves (or lots) are ~ N(0, 1/n).
+        bound = scipy.stats.norm.ppf(1 - alpha / 2) / np.sqrt(n)
+        for a, b in [(0, 0), (0, 1), (0, 2)]:  # Leaves of a lot; leaves across lots.
+            correlation = np.corrcoef(step_noise[a], step_noise[b])[: len(shapes), len(shapes) :]
+            if a == b:
+                correlation = correlation[~np.eye(len(shapes), dtype=bool)]
+            self.assertLess(np.max(np.abs(correlation)), bound, (a, b))
+        for a, b in [(0, 1), (4, 5), (6, 7)]:  # Equal sizes: not the same draws.
+            self.assertLess(np.isin(step_noise[0][a], step_noise[0][b]).mean(), 0.01)
+
+    def test_compiles_one_threefry_hash_whatever_the_number_of_leaves(self):
+        """Issue 30 item 3: one draw per leaf compiled one straight-line hash per leaf
+        (three quarters of a DP update's compile). Counted in the compiled HLO."""
+
+        def xor_count(num_leaves):
+            tree = [jnp.zeros((16, 8 + i)) for i in range(num_leaves)]
+            noise = jax.jit(lambda t, k: core.add_gaussian_noise(t, 1.0, k))
+            hlo = noise.lower(tree, jax.random.key(0)).compile().as_text()
+            return len(re.findall(r"= \S+ xor\(", hlo))
+
+        one = xor_count(1)
+        self.assertGreater(one, 20)  # Threefry-2x32's 20 rounds: the count sees the hash.
+        self.assertLess(xor_count(24), 2 * one)
 
     def test_zero_stddev_is_identity_and_negative_is_error(self):
         tree = {"w": jnp.arange(5.0)}

@@ -38,20 +38,26 @@ def _float_normal_from_mantissa(mantissa):
     return np.float32(np.sqrt(2)) * lax.erf_inv(uniform)
 
 
-@jax.jit
 def _float_reachable(y, s):
     """Per coordinate: is y = float32(s + float32(normal(m) · σC)) for some mantissa m?"""
-    z = (y.astype(jnp.float32) - s) / (SIGMA * CLIP)
-    return jnp.any(_candidates(z, s) == y[..., None], axis=-1)
+    normals = _candidate_normals((y.astype(jnp.float32) - s) / np.float32(SIGMA * CLIP))
+    return _reached(normals, y, s)
 
 
-def _candidates(z, s):
+@jax.jit
+def _candidate_normals(z):
     # Invert the transform approximately, then try the mantissas around the estimate.
     u = jax.scipy.special.erf(z / np.sqrt(2))
     estimate = jnp.round((u - _LOW) / (1 - _LOW) * 2**23).astype(jnp.int32)
     mantissa = jnp.clip(estimate[..., None] + jnp.arange(-8, 9), 0, 2**23 - 1)
-    noise = _float_normal_from_mantissa(mantissa) * np.float32(SIGMA * CLIP)
-    return s[..., None] + noise
+    return _float_normal_from_mantissa(mantissa)
+
+
+@jax.jit
+def _reached(normals, y, s):
+    # A separate program: the mechanism stores its float32 normals, then scales them
+    # (`core.threefry.normal_vector`); fused, XLA would round √2·erfinv(u)·σC once fewer.
+    return jnp.any(s[..., None] + normals * np.float32(SIGMA * CLIP) == y[..., None], axis=-1)
 
 
 def _releases(mode, shift, seed):

@@ -70,3 +70,16 @@ def test_declines_when_jax_would_draw_otherwise():
         assert threefry.random_bits(raw, (4,)) is None
     with jax.default_prng_impl("rbg"):  # A raw key would be an rbg key.
         assert threefry.random_bits(jnp.zeros((2,), jnp.uint32), (4,)) is None
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 7, 1001])
+def test_normal_vector_equals_jax_random(size):
+    """The two-iteration loop (issue 30 item 3) hashes every index once, odd sizes included."""
+    for seed in (0, 2**31 + 5):
+        key = jax.random.key(seed)
+        ours = jax.jit(threefry.normal_vector, static_argnums=1)(key, size)
+        np.testing.assert_array_equal(ours, jax.random.normal(key, (size,), jnp.float32))
+        raw = jax.random.key_data(key)
+        np.testing.assert_array_equal(threefry.normal_vector(raw, size), ours)
+    assert threefry.normal_vector(jax.random.key(0, impl="rbg"), 4) is None
+    assert threefry.normal_vector(jax.random.key(0), 2**31) is None  # Declined before allocating.
