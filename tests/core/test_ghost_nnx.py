@@ -1,5 +1,7 @@
 """Ghost clipping for Flax NNX models (`dpnmt.core.ghost_nnx`) against per-example vmap."""
 
+import importlib.util
+import pathlib
 import warnings
 
 import jax
@@ -196,3 +198,17 @@ def test_bad_inputs_are_named():
         ghost_nnx.private_grad_sum_nnx(mlp_loss, {"w": jnp.ones(3)}, batch, jnp.ones(6), 1.0)
     with pytest.raises(ValueError, match="scalar loss for ONE example"):
         ghost_nnx.private_grad_sum_nnx(lambda m, e: m(e["x"]), model, batch, jnp.ones(6), 1.0)
+
+
+@pytest.mark.slow
+def test_the_nnx_example_trains_with_ghost_clipping_and_noise():
+    """examples/dp_nnx_lm.py: Poisson lots, ghost clipping (no fallback), noise; loss falls."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "dp_nnx_lm.py"
+    spec = importlib.util.spec_from_file_location("dp_nnx_lm", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ghost.GhostClippingWarning)
+        before, after, spent = example.train(steps=6, epsilon=2.0)
+    assert after < 0.5 * before, (before, after)
+    assert 1.9 < spent <= 2.0
