@@ -44,6 +44,7 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
+from jax.extend import core as jax_core
 
 from dpnmt.core import clipping, ghost, validation
 from dpnmt.core.ghost import UNINTERCEPTABLE, GhostClippingWarning, PlanMismatchError
@@ -135,6 +136,7 @@ class _Recorder:
         self.paths, self.leaf_index, self.shadows = paths, leaf_index, shadows
         self.plan, self.perturbations, self.leaves = plan, perturbations, leaves
         self.calls: list[_Call] = []
+        self.inputs: list[chex.Array] = []  # analysis: each call's input, an output of the trace
         self.captured: list[chex.Array | None] = []
 
     def run(self, kind: str, layer: Any, x: chex.Array) -> chex.Array:
@@ -155,6 +157,8 @@ class _Recorder:
             x, values = _promote(kind, layer, x, values)
             y = _forward(kind, layer, x, values)
             self.calls.append(_Call(path, kind, roles, tuple(y.shape), y.dtype))
+            if roles:  # only these inputs are captured later
+                self.inputs.append(x)
             return y
         number = len(self.captured)
         if number >= len(self.plan) or self.plan[number].path != path:
@@ -249,13 +253,34 @@ def _analyse(loss_fn, graphdef, treedef, rest, leaves, example, key):
         recorder = _Recorder(paths, {id(v): i for i, v in enumerate(leaves)}, shadows)
         loss = _run_loss(loss_fn, model, recorder, example, key)
         calls.extend(recorder.calls)
-        return loss
+        return loss, recorder.inputs  # outputs, so that `_check_not_leaked` sees them
 
     abstract = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves]
     closed = jax.make_jaxpr(traced)(abstract, abstract, example, key)
+    _check_not_leaked(closed)
     read_elsewhere = ghost._used_leaves(closed.jaxpr, len(leaves))
     in_calls = {index for call in calls for _, index in call.roles}
     return calls, frozenset(in_calls - read_elsewhere)
+
+
+def _check_not_leaked(closed: Any) -> None:
+    """Raises PlanMismatchError if a call ran inside a transform that closes over the model.
+
+    The input of a call made inside `jax.checkpoint` or a `jax.lax.scan` body
+    is a tracer of that inner trace and cannot leave it. Outside `jax.jit`, JAX
+    raises UnexpectedTracerError at once; inside it, the escaped tracer is
+    taken as a constant of the analysis and the step would fail only when it
+    runs, beyond the vmap fallback. A call input that reaches the analysis as
+    a traced constant is refused here instead (an input closed over from an
+    outer trace is refused too: it only costs the fallback).
+    """
+    consts = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
+    for var in closed.jaxpr.outvars[1:]:
+        if isinstance(var, jax_core.Var) and isinstance(consts.get(var), jax.core.Tracer):
+            raise PlanMismatchError(
+                "ghost clipping: a layer's input was traced inside a transform that closes "
+                "over the model (jax.checkpoint, a jax.lax.scan body), where it cannot be captured."
+            )
 
 
 def _warn_fallback(names: Sequence[str]) -> None:
@@ -438,9 +463,11 @@ def private_grad_sum_nnx(
     gradients of the model's `nnx.Linear` / `nnx.Embed` calls
     (`dpnmt.core.ghost_nnx`), with per-example gradients only for the other
     parameters; `"vmap"` materialises every example's gradient. Both give the
-    same sum up to float32 rounding, with L2 sensitivity `l2_clip`. A model
-    whose layers cannot be captured (`nnx.scan`, `nnx.vmap` over layers) gets
-    the vmap result, with a `ghost.GhostClippingWarning` saying why.
+    same sum up to float32 rounding, with L2 sensitivity `l2_clip`. Layers
+    lifted by `nnx.scan` / `nnx.vmap` fall back to per-example gradients (named
+    in a `ghost.GhostClippingWarning`); a loss that calls layers inside a jax
+    transform closing over the model (`jax.checkpoint`, a `jax.lax.scan` body)
+    cannot be captured and gets the vmap result, with a warning saying why.
 
     Args:
       loss_fn: `loss_fn(model, example) -> scalar` for ONE example (a slice of
@@ -495,8 +522,9 @@ def private_grad_sum_nnx(
         except UNINTERCEPTABLE as error:
             reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
             warnings.warn(
-                "ghost clipping cannot capture the layers of loss_fn (nnx.scan, nnx.vmap or "
-                f"another lifted transform? {reason}); falling back to per-example gradients "
+                "ghost clipping cannot capture the layers of loss_fn (called inside a jax "
+                "transform that closes over the model, such as jax.checkpoint or a "
+                f"jax.lax.scan body? {reason}); falling back to per-example gradients "
                 "for all parameters (as clipping='vmap': same sum, B copies of the gradient).",
                 GhostClippingWarning,
                 stacklevel=2,

@@ -180,6 +180,47 @@ def test_parameters_read_outside_a_linear_fall_back_with_one_warning():
     assert_close(result.grad_sum, result.norms, clipped_sum(grads, norms, mask, l2_clip), norms)
 
 
+def test_layers_inside_jax_checkpoint_fall_back_to_vmap_with_a_warning():
+    def loss(model, example):  # the captured input would leak out of the checkpoint
+        hidden = jax.checkpoint(lambda x: model.hidden(x))(example["x"])
+        logits = model.out(jax.nn.tanh(hidden))
+        return optax.softmax_cross_entropy_with_integer_labels(logits, example["y"])
+
+    model, batch, mask = MLP(nnx.Rngs(0)), mlp_batch(), jnp.array([1, 1, 1, 1, 0, 1])
+    l2_clip = some_clipped(loss, model, batch, mask)
+    with pytest.warns(ghost.GhostClippingWarning, match="cannot capture.*jax.checkpoint"):
+        result = run(loss, model, batch, mask, l2_clip)
+    grads, norms = per_example(loss, model, batch)
+    assert_close(result.grad_sum, result.norms, clipped_sum(grads, norms, mask, l2_clip), norms)
+
+
+def test_layers_lifted_by_nnx_scan_fall_back_per_parameter():
+    class Stack(nnx.Module):  # three Linear layers stacked by nnx.vmap, run by nnx.scan
+        def __init__(self, rngs):
+            @nnx.split_rngs(splits=3)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def make(rngs):
+                return nnx.Linear(6, 6, rngs=rngs)
+
+            self.layers, self.out = make(rngs), nnx.Linear(6, 3, rngs=rngs)
+
+        def __call__(self, x):
+            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+            def body(x, layer):
+                return jax.nn.tanh(layer(x))
+
+            return self.out(body(x, self.layers))
+
+    model, batch, mask = Stack(nnx.Rngs(0)), mlp_batch(), jnp.array([1, 1, 0, 1, 1, 1])
+    l2_clip = some_clipped(mlp_loss, model, batch, mask)
+    ghost_nnx._warned.clear()
+    with pytest.warns(ghost.GhostClippingWarning, match="2 parameter.*layers") as caught:
+        result = run(mlp_loss, model, batch, mask, l2_clip)
+    assert "out" not in str(caught[0].message)  # the unlifted head is still factorised
+    grads, norms = per_example(mlp_loss, model, batch)
+    assert_close(result.grad_sum, result.norms, clipped_sum(grads, norms, mask, l2_clip), norms)
+
+
 def test_padding_rows_contribute_exactly_zero_even_when_non_finite():
     model, batch, mask = MLP(nnx.Rngs(0)), mlp_batch(4), jnp.array([1, 1, 0, 0])
     poisoned = {"x": batch["x"].at[2].set(1e30).at[3].set(jnp.nan), "y": batch["y"]}
