@@ -89,6 +89,6 @@ __all__ += [
 ]
 
 # --- Flax NNX models: ghost clipping of nnx.Linear / nnx.Embed (issue 30) ---
-from dpnmt.core.ghost_nnx import private_grad_sum_nnx  # noqa: E402
+from dpnmt.core.private_grad_nnx import private_grad_sum_nnx  # noqa: E402
 
 __all__ += ["private_grad_sum_nnx"]

@@ -13,6 +13,7 @@ import pytest
 nnx = pytest.importorskip("flax.nnx")
 
 from dpnmt.core import ghost, ghost_nnx  # noqa: E402
+from dpnmt.core.private_grad_nnx import private_grad_sum_nnx  # noqa: E402
 
 
 class MLP(nnx.Module):
@@ -56,7 +57,7 @@ def run(loss_fn, model, batch, mask, l2_clip, **kwargs):
 
     @jax.jit
     def step(state, batch, mask):
-        return ghost_nnx.private_grad_sum_nnx(
+        return private_grad_sum_nnx(
             loss_fn, (graphdef, state, rest), batch, mask, l2_clip, **kwargs
         )
 
@@ -236,9 +237,9 @@ def test_padding_rows_contribute_exactly_zero_even_when_non_finite():
 def test_bad_inputs_are_named():
     model, batch = MLP(nnx.Rngs(0)), mlp_batch()
     with pytest.raises(TypeError, match="model must be an nnx.Module"):
-        ghost_nnx.private_grad_sum_nnx(mlp_loss, {"w": jnp.ones(3)}, batch, jnp.ones(6), 1.0)
+        private_grad_sum_nnx(mlp_loss, {"w": jnp.ones(3)}, batch, jnp.ones(6), 1.0)
     with pytest.raises(ValueError, match="scalar loss for ONE example"):
-        ghost_nnx.private_grad_sum_nnx(lambda m, e: m(e["x"]), model, batch, jnp.ones(6), 1.0)
+        private_grad_sum_nnx(lambda m, e: m(e["x"]), model, batch, jnp.ones(6), 1.0)
 
 
 @pytest.mark.slow
