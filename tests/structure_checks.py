@@ -88,9 +88,11 @@ ALLOWED_LOCAL_CYCLES: dict[tuple[str, str], str] = {}
 # What dpnmt.core may import besides itself: `install_requires` and the
 # standard library less its file, network and process modules.
 CORE_THIRD_PARTY = {"jax", "jaxlib", "optax", "chex", "dp_accounting", "numpy", "scipy"}
-# Optional extras of the core, each imported by one module only and only inside
+# Optional extras of the core, each imported by the modules named only, and only inside
 # a `try:` that catches ImportError, so that `import dpnmt.core` works without it.
-CORE_OPTIONAL = {"flax": "dpnmt.core.ghost"}
+CORE_OPTIONAL = {
+    "flax": ("dpnmt.core.ghost", "dpnmt.core.ghost_nnx", "dpnmt.core.private_grad_nnx")
+}
 CORE_FORBIDDEN_STDLIB = {
     "os",
     "io",
@@ -318,7 +320,7 @@ def core_problems(root: pathlib.Path) -> list[str]:
                 top = target.split(".")[0]
                 if in_core or top in allowed:
                     continue
-                if CORE_OPTIONAL.get(top) == name and id(node) in guarded:
+                if name in CORE_OPTIONAL.get(top, ()) and id(node) in guarded:
                     continue
                 problems.append(f"{name}:{node.lineno}: imports {target}")
     return problems

@@ -87,3 +87,8 @@ __all__ += [
     "shuffled_lots",
     "to_microbatches",
 ]
+
+# --- Flax NNX models: ghost clipping of nnx.Linear / nnx.Embed (issue 30) ---
+from dpnmt.core.private_grad_nnx import private_grad_sum_nnx  # noqa: E402
+
+__all__ += ["private_grad_sum_nnx"]
