@@ -30,8 +30,10 @@ DEPRECATED: list[DeprecatedSpelling] = []
 
 
 def _warn(message: str) -> None:
-    # stacklevel 3: past this helper and the wrapper, at the caller's line.
-    warnings.warn(message, ArgumentDeprecationWarning, stacklevel=3)
+    # The fixed prefix lets a warnings filter (setup.cfg's, for our tests) match
+    # these without importing dpnmt; stacklevel 3: past this helper and the
+    # wrapper, at the caller's line.
+    warnings.warn(f"dpnmt.core: {message}", ArgumentDeprecationWarning, stacklevel=3)
 
 
 def deprecated_arguments(

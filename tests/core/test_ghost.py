@@ -78,12 +78,12 @@ def _jitted(clipping, loss_fn, microbatch_size):
         functools.partial(
             core.private_grad_sum, loss_fn, clipping=clipping, microbatch_size=microbatch_size
         ),
-        static_argnums=3,
+        static_argnames="l2_clip",
     )
 
 
 def _run(clipping, loss_fn, params, batch, mask, l2_clip, microbatch_size=None):
-    return _jitted(clipping, loss_fn, microbatch_size)(params, batch, mask, float(l2_clip))
+    return _jitted(clipping, loss_fn, microbatch_size)(params, batch, mask, l2_clip=float(l2_clip))
 
 
 def _assert_same(expected, got):

@@ -197,9 +197,9 @@ class SecureModeTest(parameterized.TestCase):
         np.testing.assert_array_equal(np.isnan(noised["w"]), [False, True, False])
 
     @parameterized.named_parameters(
-        ("unknown_mode", dict(mode="exact"), "noise mode 'exact' is unknown"),
-        ("no_sensitivity", dict(mode="secure"), "l2_sensitivity"),
-        ("bad_sensitivity", dict(mode="secure", l2_sensitivity=0.0), "l2_sensitivity"),
+        ("unknown_mode", dict(noise_mode="exact"), "noise mode 'exact' is unknown"),
+        ("no_sensitivity", dict(noise_mode="secure"), "l2_sensitivity"),
+        ("bad_sensitivity", dict(noise_mode="secure", l2_sensitivity=0.0), "l2_sensitivity"),
     )
     def test_bad_mode_arguments(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):
