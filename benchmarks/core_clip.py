@@ -137,7 +137,9 @@ def modes(loss_fn, params, batch) -> dict:
     mask = jnp.ones(jax.tree.leaves(batch)[0].shape[0])
 
     def dpnmt(clipping, params, batch):
-        return core.private_grad_sum(loss_fn, params, batch, mask, L2_CLIP, clipping=clipping)[0]
+        return core.private_grad_sum(
+            loss_fn, params, batch, mask, l2_clip=L2_CLIP, clipping=clipping
+        )[0]
 
     def nonprivate(params, batch):
         losses = jax.vmap(loss_fn, in_axes=(None, 0))

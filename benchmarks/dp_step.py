@@ -153,7 +153,7 @@ def _jax_cell(model_name: str, batch: int, seq: int, mode: str):
             grad = jax.grad(summed)(p)
         else:
             grad_sum, _, _ = core.private_grad_sum(
-                loss_fn, p, data, mask, L2_CLIP, key=grad_key, clipping=mode
+                loss_fn, p, data, mask, l2_clip=L2_CLIP, dropout_key=grad_key, clipping=mode
             )
             grad = core.add_gaussian_noise(grad_sum, SIGMA * L2_CLIP, noise_key)
         return jax.tree.map(lambda w, g: w - LEARNING_RATE / batch * g, p, grad)

@@ -58,7 +58,9 @@ def _programs():
             if mode == "jax":
                 g = jax.grad(lambda p: jnp.sum(jax.vmap(loss_fn, (None, 0))(p, ids)))(p)
             else:
-                g, _, _ = core.private_grad_sum(loss_fn, p, ids, mask, 1.0, clipping="ghost")
+                g, _, _ = core.private_grad_sum(
+                    loss_fn, p, ids, mask, l2_clip=1.0, clipping="ghost"
+                )
                 if mode == "ghost":
                     g = core.add_gaussian_noise(g, 1.0, key)
                 elif mode == "ghost-per-leaf":

@@ -28,7 +28,11 @@ SIGMA, L2_CLIP, LOT = 1.0, 1.0, 512.0
 
 def _release(size: int, mode: str):
     state = core.init_accumulator({"w": jnp.zeros((size,), jnp.float32)})
-    fn = jax.jit(lambda st, k: core.noisy_average(st, k, SIGMA, L2_CLIP, LOT, noise_mode=mode)["w"])
+    fn = jax.jit(
+        lambda st, k: core.noisy_average(
+            st, k, noise_multiplier=SIGMA, l2_clip=L2_CLIP, expected_lot_size=LOT, noise_mode=mode
+        )["w"]
+    )
     keys = iter(jax.random.split(jax.random.key(0), 1000))
     return lambda: fn(state, next(keys)).block_until_ready()
 

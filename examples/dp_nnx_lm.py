@@ -77,7 +77,7 @@ def train(steps: int = 30, epsilon: float = 2.0, num_train: int = 4096, lot_size
 
         def add(acc, micro):  # one masked micro-batch, ghost-clipped to CLIP
             indices, mask = micro
-            clipped = core.private_grad_sum_nnx(loss_fn, model, data[indices], mask, CLIP)
+            clipped = core.private_grad_sum_nnx(loss_fn, model, data[indices], mask, l2_clip=CLIP)
             return core.accumulate(acc, clipped.grad_sum, jnp.sum(mask)), None
 
         empty = core.init_accumulator(nnx.state(model, nnx.Param))

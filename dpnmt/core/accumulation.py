@@ -15,7 +15,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import noise, validation
+from dpnmt.core import deprecation, noise, validation
 
 
 class AccumulatorState(NamedTuple):
@@ -67,13 +67,17 @@ def accumulate(state: AccumulatorState, grad_sum: chex.ArrayTree, num_examples) 
     )
 
 
+@deprecation.deprecated_arguments(
+    renamed={"key": "noise_key"},
+    positional=("noise_multiplier", "l2_clip", "expected_lot_size"),
+)
 def noisy_average(
     state: AccumulatorState,
-    key: chex.PRNGKey,
-    noise_multiplier: float,
-    l2_clip: float,
-    expected_lot_size: float,
+    noise_key: chex.PRNGKey,
     *,
+    l2_clip: float,
+    noise_multiplier: float,
+    expected_lot_size: float,
     noise_mode: str = noise.FLOAT,
 ) -> chex.ArrayTree:
     """Releases the lot's gradient: (sum + N(0, (σC)²)) / L.
@@ -89,10 +93,10 @@ def noisy_average(
 
     Args:
       state: accumulator of the whole lot.
-      key: noise key of this step (`noise_key_for_step`); never reuse it.
+      noise_key: noise key of this step (`noise_key_for_step`); never reuse it.
+      l2_clip: the clipping norm C used for every micro-batch, > 0.
       noise_multiplier: σ >= 0. σ = 0 gives no privacy (non-private baselines
         only); the accountant refuses to report an ε for it.
-      l2_clip: the clipping norm C used for every micro-batch, > 0.
       expected_lot_size: L = q·N, the public constant divisor, > 0.
       noise_mode: "float" (default: float32 Gaussian draws; the raw noisy sum
         is exposed to floating-point attacks, see `noise.add_gaussian_noise`) or
@@ -112,6 +116,10 @@ def noisy_average(
     l2_clip = validation.check_positive("l2_clip", l2_clip)
     expected_lot_size = validation.check_positive("expected_lot_size", expected_lot_size)
     noisy_sum = noise.add_gaussian_noise(
-        state.grad_sum, noise_multiplier * l2_clip, key, mode=noise_mode, l2_sensitivity=l2_clip
+        state.grad_sum,
+        noise_multiplier * l2_clip,
+        noise_key,
+        noise_mode=noise_mode,
+        l2_sensitivity=l2_clip,
     )
     return jax.tree_util.tree_map(lambda g: g / expected_lot_size, noisy_sum)

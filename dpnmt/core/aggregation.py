@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpnmt.core import accumulation, dp_step, noise, private_grad, validation
+from dpnmt.core import accumulation, deprecation, dp_step, noise, private_grad, validation
 
 
 class DpAggregateState(NamedTuple):
@@ -113,11 +113,12 @@ def _check_per_example(grads: chex.ArrayTree, shapes: chex.ArrayTree, what: str)
         )
 
 
+@deprecation.deprecated_arguments(positional=("l2_clip", "noise_multiplier", "expected_lot_size"))
 def dp_aggregate(
+    *,
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    *,
     noise_mode: str = noise.FLOAT,
 ) -> optax.GradientTransformationExtraArgs:
     """Clip per-example gradients, sum, add N(0, σ²C²) once, divide by L.
@@ -182,11 +183,12 @@ class DpAccumulateState(NamedTuple):
     accumulator: accumulation.AccumulatorState
 
 
+@deprecation.deprecated_arguments(positional=("l2_clip", "noise_multiplier", "expected_lot_size"))
 def dp_accumulate_aggregate(
+    *,
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    *,
     noise_mode: str = noise.FLOAT,
 ) -> optax.GradientTransformationExtraArgs:
     """Deprecated (use `dp_multi_steps`): accumulate micro-batches, noise once on release.
@@ -234,7 +236,7 @@ def dp_accumulate_aggregate(
         "noise_multiplier=..., expected_lot_size=...), which steps tx only on the release "
         "(and takes loss_fn= for ghost clipping).",
         DeprecationWarning,
-        stacklevel=2,
+        stacklevel=3,  # past the deprecated_arguments wrapper, at the caller
     )
     noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
 
@@ -380,7 +382,7 @@ def dp_multi_steps(
             updates,
             mask,
             l2_clip=l2_clip,
-            key=dropout_key,
+            dropout_key=dropout_key,
             clipping=clipping,
             microbatch_size=microbatch_size,
         )

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpnmt.core import validation
+from dpnmt.core import deprecation, validation
 
 
 def per_example_l2_norms(per_example_grads: chex.ArrayTree) -> chex.Array:
@@ -120,8 +120,10 @@ def norm_rounding_factor(widest: int, terms: int) -> jax.Array:
     return jnp.float32(1.0 + slack)
 
 
+@deprecation.deprecated_arguments(positional=("l2_clip", "mask"))
 def clip_and_sum(
     per_example_grads: chex.ArrayTree,
+    *,
     l2_clip: float,
     mask: chex.Array | None = None,
 ) -> tuple[chex.ArrayTree, chex.Array]:

@@ -7,7 +7,7 @@ forms (`dp_accumulate_aggregate`, `dp_multi_steps`) are thin users of them.
     lot = dp_step.init(params)                           # PRIVATE until released
     for k, (batch, mask) in enumerate(micro_batches):    # any number, even 0
         lot, _ = dp_step.add_microbatch(lot, loss_fn, params, batch, mask,
-                                        l2_clip=C, key=dropout_key(base, t, k))
+                                        l2_clip=C, dropout_key=dropout_key(base, t, k))
     state = dp_step.apply_lot(state, lot, noise_base, tx=tx, l2_clip=C,
                               noise_multiplier=σ, expected_lot_size=L)
 
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpnmt.core import accumulation, clipping, noise, private_grad
+from dpnmt.core import accumulation, clipping, deprecation, noise, private_grad
 
 # The lot's running clipped sum and real-example count: PRIVATE until `release`.
 LotState = accumulation.AccumulatorState
@@ -90,6 +90,7 @@ def init(params: chex.ArrayTree) -> LotState:
     return accumulation.init_accumulator(params)
 
 
+@deprecation.deprecated_arguments(renamed={"key": "dropout_key"})
 def add_microbatch(
     lot: LotState,
     loss_fn: Callable[..., chex.Array],
@@ -98,7 +99,7 @@ def add_microbatch(
     mask: chex.Array,
     *,
     l2_clip: float,
-    key: chex.PRNGKey | None = None,
+    dropout_key: chex.PRNGKey | None = None,
     clipping: str = "ghost",
     microbatch_size: int | None = None,
 ) -> tuple[LotState, chex.Array]:
@@ -112,7 +113,8 @@ def add_microbatch(
       batch: pytree, every leaf `[b, ...]`.
       mask: `[b]` 0/1, 1 for real rows; padding rows contribute exactly zero.
       l2_clip: C > 0, concrete.
-      key: this micro-batch's dropout key (`dropout_key`), or None.
+      dropout_key: this micro-batch's dropout key (`dropout_key(dropout_base,
+        step, index)`), or None.
       clipping: "ghost" (default) or "vmap": cost, not result.
       microbatch_size: rows per sequential clipping chunk (None: all at once).
 
@@ -125,8 +127,8 @@ def add_microbatch(
         params,
         batch,
         mask,
-        l2_clip,
-        key=key,
+        l2_clip=l2_clip,
+        dropout_key=dropout_key,
         clipping=clipping,
         microbatch_size=microbatch_size,
     )
@@ -146,7 +148,7 @@ def add_per_example_grads(
     Rows with mask 0 (padding) add exactly zero; `mask=None` counts all b rows.
     The result is PRIVATE until `release`.
     """
-    grad_sum, _ = clipping.clip_and_sum(per_example_grads, l2_clip, mask)
+    grad_sum, _ = clipping.clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask)
     if mask is None:
         real = jnp.asarray(jax.tree_util.tree_leaves(per_example_grads)[0].shape[0], jnp.int32)
     else:
@@ -171,7 +173,12 @@ def release(
     or "secure" (see `noisy_average`).
     """
     return accumulation.noisy_average(
-        lot, noise_key, noise_multiplier, l2_clip, expected_lot_size, noise_mode=noise_mode
+        lot,
+        noise_key,
+        l2_clip=l2_clip,
+        noise_multiplier=noise_multiplier,
+        expected_lot_size=expected_lot_size,
+        noise_mode=noise_mode,
     )
 
 

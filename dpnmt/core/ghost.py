@@ -88,8 +88,8 @@ def require_flax() -> None:
     if nn is None:
         raise ImportError(
             'clipping="ghost" (the default) needs flax, which `pip install dpnmt` does not '
-            'install: run `pip install "dpnmt[ghost]"`, or pass clipping="vmap" '
-            '(clipping_method="vmap" for private_lot_gradient): the same clipped sum from '
+            'install: run `pip install "dpnmt[ghost]"`, or pass clipping="vmap": '
+            "the same clipped sum from "
             "per-example gradients, all a loss without Flax layers gets from ghost clipping. "
             f"(import flax.linen: {type(_FLAX_MISSING).__name__}: {_FLAX_MISSING})",
             name="flax",

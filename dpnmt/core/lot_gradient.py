@@ -11,21 +11,24 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import dp_step, sampling, validation
+from dpnmt.core import deprecation, dp_step, sampling, validation
 
 
+@deprecation.deprecated_arguments(
+    renamed={"key": "noise_key", "clipping_method": "clipping", "example_key": "dropout_key"}
+)
 def private_lot_gradient(
     loss_fn: Callable[..., chex.Array],
     params: chex.ArrayTree,
     examples: Any,
     lot: sampling.MicroBatches,
-    key: chex.PRNGKey,
+    noise_key: chex.PRNGKey,
     *,
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    clipping_method: str = "ghost",
-    example_key: chex.PRNGKey | None = None,
+    clipping: str = "ghost",
+    dropout_key: chex.PRNGKey | None = None,
     noise_mode: str = "float",
 ) -> chex.ArrayTree:
     """Clips and sums a lot micro-batch by micro-batch, then noises once and divides by L.
@@ -49,13 +52,13 @@ def private_lot_gradient(
       examples: pytree of the whole data set, every leaf `[N, ...]` with N =
         `lot.num_examples`.
       lot: the lot's `MicroBatches` (indices and mask `[K, b]`).
-      key: this step's noise key (`noise_key_for_step`); never reuse it.
+      noise_key: this step's noise key (`noise_key_for_step`); never reuse it.
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L = q·N, the fixed divisor.
-      clipping_method: `"ghost"` or `"vmap"` (see `private_grad_sum`).
-      example_key: optional key for the loss (e.g. dropout); micro-batch k gets
-        `fold_in(example_key, k)`, passed as `private_grad_sum`'s `key`, and
+      clipping: `"ghost"` or `"vmap"` (see `private_grad_sum`).
+      dropout_key: optional key for the loss (e.g. dropout); micro-batch k gets
+        `fold_in(dropout_key, k)`, passed as `private_grad_sum`'s `dropout_key`, and
         `loss_fn` is then called as `loss_fn(params, example, key)`. Use a new
         one every step; never the noise key.
       noise_mode: "float" or "secure" (see `noisy_average`).
@@ -81,7 +84,7 @@ def private_lot_gradient(
 
     def body(k, lot_state):
         rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)
-        key_k = None if example_key is None else jax.random.fold_in(example_key, k)
+        key_k = None if dropout_key is None else jax.random.fold_in(dropout_key, k)
         lot_state, _ = dp_step.add_microbatch(
             lot_state,
             loss_fn,
@@ -89,15 +92,15 @@ def private_lot_gradient(
             rows,
             lot.mask[k],
             l2_clip=l2_clip,
-            key=key_k,
-            clipping=clipping_method,
+            dropout_key=key_k,
+            clipping=clipping,
         )
         return lot_state
 
     lot_state = jax.lax.fori_loop(0, lot.num_microbatches, body, dp_step.init(params))
     grad = dp_step.release(
         lot_state,
-        key,
+        noise_key,
         noise_multiplier=noise_multiplier,
         l2_clip=l2_clip,
         expected_lot_size=expected_lot_size,

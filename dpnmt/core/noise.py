@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpnmt.core import secure_noise, threefry, validation
+from dpnmt.core import deprecation, secure_noise, threefry, validation
 
 FLOAT, SECURE = "float", "secure"
 # "float": jax.random.normal's float32 draws (the default); "secure": a discrete
@@ -16,12 +16,13 @@ FLOAT, SECURE = "float", "secure"
 NOISE_MODES = (FLOAT, SECURE)
 
 
+@deprecation.deprecated_arguments(renamed={"key": "noise_key", "mode": "noise_mode"})
 def add_gaussian_noise(
     tree: chex.ArrayTree,
     stddev: float,
-    key: chex.PRNGKey,
+    noise_key: chex.PRNGKey,
     *,
-    mode: str = FLOAT,
+    noise_mode: str = FLOAT,
     l2_sensitivity: float | None = None,
 ) -> chex.ArrayTree:
     """Adds independent N(0, stddev²) noise to every element of `tree`.
@@ -29,7 +30,7 @@ def add_gaussian_noise(
     One draw per sampling dtype, not per leaf: the d coordinates of the leaves
     sampled in float32 (float32, bfloat16, float16 leaves; float64 ones are
     sampled in float64) get `jax.random.normal(k, (d,))`, in flattening order,
-    sliced and reshaped back to the leaves, with k = `jax.random.split(key, g)[i]`
+    sliced and reshaped back to the leaves, with k = `jax.random.split(noise_key, g)[i]`
     for the i-th of the g dtypes present (g = 1 unless float64 leaves are mixed
     in). Threefry hashes each coordinate's index, so every coordinate, in every
     leaf, gets its own bits: the noise is i.i.d. N(0, stddev²) across the
@@ -50,8 +51,8 @@ def add_gaussian_noise(
     Args:
       tree: pytree of floating arrays.
       stddev: standard deviation (same units as the leaves), >= 0.
-      key: PRNG key; never reuse it for another release.
-      mode: "float" (default, `jax.random.normal`'s draws) or "secure".
+      noise_key: PRNG key; never reuse it for another release.
+      noise_mode: "float" (default, `jax.random.normal`'s draws) or "secure".
       l2_sensitivity: mode "secure" only: C, the L2 sensitivity of the whole
         tree (stddev / C is the noise multiplier the accountant uses).
 
@@ -59,15 +60,15 @@ def add_gaussian_noise(
       A pytree with the structure, shapes and dtypes of `tree`.
     """
     validation.check_positive("stddev", stddev, allow_zero=True)
-    check_noise_mode(mode)
-    if mode == SECURE:
+    check_noise_mode(noise_mode)
+    if noise_mode == SECURE:
         if l2_sensitivity is None:
             raise ValueError(
-                "mode='secure' needs l2_sensitivity (C, the L2 sensitivity of the tree): "
+                "noise_mode='secure' needs l2_sensitivity (C, the L2 sensitivity of the tree): "
                 "the grid and the noise scale are set from it."
             )
         l2_sensitivity = validation.check_positive("l2_sensitivity", l2_sensitivity)
-        return secure_noise.add_discrete_gaussian_noise(tree, stddev, l2_sensitivity, key)
+        return secure_noise.add_discrete_gaussian_noise(tree, stddev, l2_sensitivity, noise_key)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     leaves = [jnp.asarray(leaf) for leaf in leaves]
     groups = {}  # sampling dtype -> indices of its leaves, in flattening order
@@ -77,7 +78,7 @@ def add_gaussian_noise(
         groups.setdefault(jnp.promote_types(leaf.dtype, jnp.float32), []).append(index)
     noised = list(leaves)
     for (dtype, indices), group_key in zip(
-        groups.items(), jax.random.split(key, len(groups)), strict=True
+        groups.items(), jax.random.split(noise_key, len(groups)), strict=True
     ):
         draws = _standard_normal(group_key, sum(leaves[i].size for i in indices), dtype)
         start = 0
@@ -105,21 +106,22 @@ def check_noise_mode(mode: str) -> str:
     return mode
 
 
-def noise_key_for_step(base_key: chex.PRNGKey, step) -> chex.PRNGKey:
-    """The noise key of training step `step`: `fold_in(base_key, step)`.
+@deprecation.deprecated_arguments(renamed={"base_key": "noise_base"})
+def noise_key_for_step(noise_base: chex.PRNGKey, step) -> chex.PRNGKey:
+    """The noise key of training step `step`: `fold_in(noise_base, step)`.
 
     Deriving each step's key from the step number (rather than carrying a
     split chain) means a resumed run continues the exact key sequence of an
     uninterrupted one, and no two steps share a key.
 
     Args:
-      base_key: the run's noise key (from `fresh_seed()` for a release run).
+      noise_base: the run's noise key (from `fresh_seed()` for a release run).
       step: int or int32 scalar, the 0-based optimizer step.
 
     Returns:
       A PRNG key.
     """
-    return jax.random.fold_in(base_key, step)
+    return jax.random.fold_in(noise_base, step)
 
 
 def key_from_seed(seed: int, *, allow_fixed_seed_for_testing: bool = False) -> chex.PRNGKey:

@@ -15,7 +15,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import accumulation, ghost, validation
+from dpnmt.core import accumulation, deprecation, ghost, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
 
 CLIPPING_METHODS = ("ghost", "vmap")
@@ -52,7 +52,7 @@ def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_nam
         spmd_axis_name=spmd_axis_name,
     )
     losses, per_example_grads = value_and_grad(params, batch, keys)
-    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip, mask)
+    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask)
     return grad_sum, norms, losses
 
 
@@ -73,6 +73,45 @@ def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
     return _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
 
 
+def from_batched_loss(batched_loss_fn: Callable[..., chex.Array]) -> Callable[..., chex.Array]:
+    """Adapts a loss written for a batch of one (jax_privacy's convention) to ONE example.
+
+    dpnmt.core calls `loss_fn(params, example[, key])` with one example without
+    its batch axis and vmaps it; jax_privacy's `clipped_grad` (and most
+    training code) calls a loss on a batch and slices it into batches of one.
+    The adaptor adds a leading axis of size 1 to every leaf of the example,
+    calls `batched_loss_fn(params, batch[, key])` and returns its one value as
+    a scalar (a mean or sum over a batch of one is that example's loss).
+
+        loss_fn = core.from_batched_loss(jax_privacy_style_loss)
+        core.private_grad_sum(loss_fn, params, batch, mask, l2_clip=1.0)
+
+    Args:
+      batched_loss_fn: `batched_loss_fn(params, batch) -> loss` (or with a
+        third argument, the example's key, when a `dropout_key` is given),
+        where every leaf of `batch` is `[1, ...]` and `loss` holds one value
+        (shape `()` or `(1,)`). It must not mix examples (no batch statistics).
+
+    Returns:
+      `loss_fn(params, example[, key]) -> scalar` for ONE example, to pass as
+      `loss_fn` to `private_grad_sum`, `private_lot_gradient`, `dp_multi_steps`
+      or `dp_step.add_microbatch`.
+    """
+
+    @functools.wraps(batched_loss_fn)
+    def loss_fn(params, example, *key):
+        batch = jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], example)
+        loss = jnp.asarray(batched_loss_fn(params, batch, *key))
+        if loss.size != 1:
+            raise ValueError(
+                f"from_batched_loss: the batched loss returned shape {loss.shape} for a "
+                "batch of one; return one value (the batch's mean or sum) or a [1] vector."
+            )
+        return loss.reshape(())
+
+    return loss_fn
+
+
 def _check_scalar_loss(loss_fn, params, batch, key) -> None:
     """Raises ValueError unless `loss_fn` returns a scalar for one example."""
     example = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), batch)
@@ -87,14 +126,15 @@ def _check_scalar_loss(loss_fn, params, batch, key) -> None:
         )
 
 
+@deprecation.deprecated_arguments(renamed={"key": "dropout_key"}, positional=("l2_clip",))
 def private_grad_sum(
     loss_fn: Callable[..., chex.Array],
     params: chex.ArrayTree,
     batch: Any,
     mask: chex.Array,
-    l2_clip: float,
     *,
-    key: chex.PRNGKey | None = None,
+    l2_clip: float,
+    dropout_key: chex.PRNGKey | None = None,
     spmd_axis_name: str | None = None,
     clipping: str = "ghost",
     microbatch_size: int | None = None,
@@ -115,8 +155,10 @@ def private_grad_sum(
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
         `batch` without the leading axis), or `loss_fn(params, example, key)`
-        when `key` is given. The loss must depend on that example alone (e.g.
-        the example's own mean token loss), never on batch statistics.
+        when `dropout_key` is given (a loss written for a batch of one, as
+        jax_privacy's: wrap it in `from_batched_loss`). The loss must depend
+        on that example alone (e.g. the example's own mean token loss), never
+        on batch statistics.
       params: the parameters to differentiate (pass only trainable ones; frozen
         parameters can be closed over by `loss_fn` and then cost no
         per-example memory). For `"ghost"`, `loss_fn` must pass these leaves
@@ -126,9 +168,10 @@ def private_grad_sum(
         weights; a traced mask counts any non-zero entry as 1).
       l2_clip: clipping norm C > 0, a concrete number: close over it or mark it
         static under `jax.jit` (a traced C is refused: it cannot be checked).
-      key: optional PRNG key; each example gets its own key
-        `jax.random.split(key, B)[i]` (e.g. for dropout), whatever the method
-        and micro-batching. Use a different key for every batch.
+      dropout_key: optional PRNG key; each example gets its own key
+        `jax.random.split(dropout_key, B)[i]` (e.g. for dropout), whatever the
+        method and micro-batching. Use a different key for every batch
+        (`dropout_key(dropout_base, step, index)`), never the noise key.
       spmd_axis_name: passed to `jax.vmap` for batches sharded over a mesh axis.
       clipping: `"ghost"` (default; needs flax, `pip install "dpnmt[ghost]"`)
         or `"vmap"`.
@@ -158,8 +201,8 @@ def private_grad_sum(
     batch_size = validation.check_batch_axis("batch", batch)
     validation.check_mask(mask, batch_size)
     mask = jnp.asarray(mask)
-    _check_scalar_loss(loss_fn, params, batch, key)
-    keys = None if key is None else jax.random.split(key, batch_size)
+    _check_scalar_loss(loss_fn, params, batch, dropout_key)
+    keys = None if dropout_key is None else jax.random.split(dropout_key, batch_size)
     method = _ghost_or_vmap if clipping == "ghost" else _vmap_clipped_sum
 
     def run(chunk, chunk_mask, chunk_keys):

@@ -45,9 +45,9 @@ def private_grad_sum_nnx(
     model: Any,
     batch: Any,
     mask: chex.Array,
-    l2_clip: float,
     *,
-    key: chex.PRNGKey | None = None,
+    l2_clip: float,
+    dropout_key: chex.PRNGKey | None = None,
     wrt: Any = None,
     spmd_axis_name: str | None = None,
     clipping: str = "ghost",
@@ -67,7 +67,7 @@ def private_grad_sum_nnx(
     Args:
       loss_fn: `loss_fn(model, example) -> scalar` for ONE example (a slice of
         `batch` without the leading axis), or `loss_fn(model, example, key)`
-        when `key` is given. It must call the model it is given (a private copy
+        when `dropout_key` is given. It must call the model it is given (a private copy
         with the traced parameters), never one it closes over, and its loss
         must depend on that example alone. Changes it makes to the model are
         discarded; draw per-example randomness from its `key`, not from an
@@ -77,7 +77,8 @@ def private_grad_sum_nnx(
       batch: pytree, every leaf `[B, ...]`.
       mask: `[B]` 0/1 indicator, 0 for padding rows (they add exactly zero).
       l2_clip: clipping norm C > 0, a concrete number.
-      key: optional PRNG key; example i gets `jax.random.split(key, B)[i]`.
+      dropout_key: optional PRNG key; example i gets
+        `jax.random.split(dropout_key, B)[i]`.
       wrt: NNX filter of the trainable variables (default `nnx.Param`); the
         others are held fixed.
       spmd_axis_name: passed to `jax.vmap`.
@@ -106,8 +107,8 @@ def private_grad_sum_nnx(
     validation.check_mask(mask, batch_size)
     mask = jnp.asarray(mask)
     graphdef, state, rest = split_model(model, wrt)
-    _check_scalar_loss(loss_fn, graphdef, state, rest, batch, key)
-    keys = None if key is None else jax.random.split(key, batch_size)
+    _check_scalar_loss(loss_fn, graphdef, state, rest, batch, dropout_key)
+    keys = None if dropout_key is None else jax.random.split(dropout_key, batch_size)
     args = (loss_fn, (graphdef, state, *rest), batch, mask, l2_clip, keys, spmd_axis_name)
     if clipping == "vmap":
         grad_sum, norms, losses = _vmap_clipped_sum_nnx(*args, wrt)

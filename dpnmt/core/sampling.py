@@ -5,7 +5,7 @@ example indices split into `[num_microbatches, microbatch_size]` rows plus a
 0/1 mask of the same shape. Padding rows point to index 0 (a valid row of the
 data, so gathering never goes out of bounds) and have mask 0: they must be
 multiplied out by the mask, as `private_grad_sum(..., mask)` and
-`clip_and_sum(..., mask)` do. A lot never holds a copy of an example.
+`clip_and_sum(..., mask=mask)` do. A lot never holds a copy of an example.
 
 Poisson lots (`poisson_lot`) include each of the N examples independently with
 probability q = L/N, so the realised lot size is Binomial(N, q) and varies

@@ -69,7 +69,7 @@ def clipped_signal(loss_fn, trainable, microbatches, l2_clip: float) -> Signal:
 
     @jax.jit
     def grad_sum(params, batch, mask):
-        return core.private_grad_sum(loss_fn, params, batch, mask, l2_clip)
+        return core.private_grad_sum(loss_fn, params, batch, mask, l2_clip=l2_clip)
 
     total, norms, loss_sum, count = None, [], 0.0, 0
     for micro in microbatches:

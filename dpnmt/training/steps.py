@@ -214,7 +214,7 @@ def make_lot_step(
                 batch,
                 mask,
                 l2_clip=privacy.l2_clip,
-                key=key,
+                dropout_key=key,
                 clipping=clipping,
                 microbatch_size=clipping_chunk or None,
             )

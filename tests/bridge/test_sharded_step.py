@@ -161,7 +161,7 @@ def test_masked_rows_change_the_gradient_sum_by_exactly_zero(meshes, steps):
     assert int(padded.num_examples) == 11
     # And it is the clipped sum of the 11 real examples alone.
     unpadded, _, _ = core.private_grad_sum(
-        loss_fn, params, lot_of(range(11)).batch, jnp.ones(11), L2_CLIP
+        loss_fn, params, lot_of(range(11)).batch, jnp.ones(11), l2_clip=L2_CLIP
     )
     chex.assert_trees_all_close(padded.grad_sum, unpadded, rtol=1e-5, atol=1e-7)
 
@@ -231,7 +231,7 @@ def test_secure_noise_mode_reaches_the_sharded_step(meshes):
         jax.tree.map(jnp.zeros_like, params),
         NOISE_MULTIPLIER * L2_CLIP,
         key,
-        mode="secure",
+        noise_mode="secure",
         l2_sensitivity=L2_CLIP,
     )
     expected = jax.tree.map(lambda n: n / EXPECTED_LOT_SIZE, noise)

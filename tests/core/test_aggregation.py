@@ -38,10 +38,12 @@ class DpAggregateTest(absltest.TestCase):
             noisy, state = update(
                 self.per_example, state, self.params, mask=self.mask, noise_key=NOISE_KEY
             )
-            grad_sum, _ = core.clip_and_sum(self.per_example, 0.5, self.mask)
+            grad_sum, _ = core.clip_and_sum(self.per_example, l2_clip=0.5, mask=self.mask)
             acc = core.accumulate(core.init_accumulator(self.params), grad_sum, 4)
             key = core.noise_key_for_step(NOISE_KEY, step)
-            expected = core.noisy_average(acc, key, 1.2, 0.5, 6.0)
+            expected = core.noisy_average(
+                acc, key, noise_multiplier=1.2, l2_clip=0.5, expected_lot_size=6.0
+            )
             chex.assert_trees_all_close(noisy, expected, rtol=1e-6, atol=1e-7)
         self.assertEqual(int(state.count), 3)
 
@@ -61,7 +63,7 @@ class DpAggregateTest(absltest.TestCase):
         updates, _ = tx.update(
             self.per_example, state, self.params, mask=self.mask, noise_key=NOISE_KEY
         )
-        grad_sum, _ = core.clip_and_sum(self.per_example, 1.0, self.mask)
+        grad_sum, _ = core.clip_and_sum(self.per_example, l2_clip=1.0, mask=self.mask)
         chex.assert_trees_all_close(updates, jax.tree_util.tree_map(lambda g: -g / 4.0, grad_sum))
 
     def test_rejects_invalid_parameters(self):
@@ -110,10 +112,12 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
             acc = core.init_accumulator(self.params)
             for k in range(num):
                 micro = jax.tree_util.tree_map(lambda g, k=k: g[k], grads)
-                grad_sum, _ = core.clip_and_sum(micro, 0.7, mask[k])
+                grad_sum, _ = core.clip_and_sum(micro, l2_clip=0.7, mask=mask[k])
                 acc = core.accumulate(acc, grad_sum, int(mask[k].sum()))
             key = core.noise_key_for_step(NOISE_KEY, lot)
-            expected = core.noisy_average(acc, key, 1.3, 0.7, 9.0)
+            expected = core.noisy_average(
+                acc, key, noise_multiplier=1.3, l2_clip=0.7, expected_lot_size=9.0
+            )
             chex.assert_trees_all_close(outs[-1], expected, rtol=1e-5, atol=1e-6)
             for held in outs[:-1]:  # nothing leaves before the lot ends
                 chex.assert_trees_all_equal(held, jax.tree_util.tree_map(jnp.zeros_like, held))
@@ -145,14 +149,20 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
             micro, state, mask=jnp.zeros(4), release=True, noise_key=NOISE_KEY
         )
         key = core.noise_key_for_step(NOISE_KEY, 0)
-        noise_only = core.noisy_average(core.init_accumulator(self.params), key, 1.3, 0.7, 9.0)
+        noise_only = core.noisy_average(
+            core.init_accumulator(self.params),
+            key,
+            noise_multiplier=1.3,
+            l2_clip=0.7,
+            expected_lot_size=9.0,
+        )
         chex.assert_trees_all_close(out, noise_only, rtol=1e-6)
         self.assertGreater(float(jnp.abs(out["w"]).sum()), 0.0)
         self.assertEqual(int(state.count), 1)
 
     def test_rejects_invalid_parameters(self):
         with self.assertRaisesRegex(ValueError, "noise_multiplier"):
-            core.dp_accumulate_aggregate(1.0, -1.0, 4.0)
+            core.dp_accumulate_aggregate(l2_clip=1.0, noise_multiplier=-1.0, expected_lot_size=4.0)
 
 
 class PrivateLotGradientTest(parameterized.TestCase):
@@ -178,7 +188,7 @@ class PrivateLotGradientTest(parameterized.TestCase):
                 l2_clip=0.5,
                 noise_multiplier=0.8,
                 expected_lot_size=12.8,
-                clipping_method="vmap",
+                clipping="vmap",
             )
 
         sizes = set()
@@ -192,10 +202,12 @@ class PrivateLotGradientTest(parameterized.TestCase):
             for k in range(8):
                 rows = {"x": data["x"][lot.indices[k]]}
                 grad_sum, _, _ = core.private_grad_sum(
-                    loss_fn, params, rows, lot.mask[k], 0.5, clipping="vmap"
+                    loss_fn, params, rows, lot.mask[k], l2_clip=0.5, clipping="vmap"
                 )
                 acc = core.accumulate(acc, grad_sum, int(lot.mask[k].sum()))
-            expected = core.noisy_average(acc, key, 0.8, 0.5, 12.8)
+            expected = core.noisy_average(
+                acc, key, noise_multiplier=0.8, l2_clip=0.5, expected_lot_size=12.8
+            )
             chex.assert_trees_all_close(step(lot, key), expected, rtol=1e-5, atol=1e-6)
         self.assertGreater(len(sizes), 1)
         self.assertLen(traces, 1)
@@ -209,9 +221,9 @@ class PrivateLotGradientTest(parameterized.TestCase):
 
         lot = core.to_microbatches(jnp.arange(12), jnp.ones(12, bool), 4, 3, num_examples=12)
         kwargs = dict(l2_clip=100.0, noise_multiplier=0.0, expected_lot_size=1.0)
-        kwargs["clipping_method"] = "vmap"
+        kwargs["clipping"] = "vmap"
         got = core.private_lot_gradient(
-            loss_fn, params, data, lot, jax.random.key(0), example_key=jax.random.key(7), **kwargs
+            loss_fn, params, data, lot, jax.random.key(0), dropout_key=jax.random.key(7), **kwargs
         )
         expected = 0.0
         for k in range(3):
@@ -234,10 +246,10 @@ def test_bfloat16_accumulator_keeps_sensitivity_at_most_clip():
     def lot_sum(last_microbatch_real_rows: int) -> float:
         state = core.init_accumulator(params)
         for _ in range(128):  # 128 full micro-batches of 16: sum 2048 (exact in bf16).
-            grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip)
+            grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip=l2_clip)
             state = core.accumulate(state, grad_sum, 16)
         mask = jnp.arange(16) < last_microbatch_real_rows
-        grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip, mask)
+        grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip=l2_clip, mask=mask)
         state = core.accumulate(state, grad_sum, last_microbatch_real_rows)
         return float(state.grad_sum["w"][0])
 
@@ -269,7 +281,7 @@ class OverflowedLotTest(absltest.TestCase):
             l2_clip=1.0,
             noise_multiplier=1.0,
             expected_lot_size=8.0,
-            clipping_method="vmap",
+            clipping="vmap",
         )
         self.assertTrue(bool(jnp.all(jnp.isnan(grad["w"]))))
 
@@ -313,7 +325,7 @@ class SecretsStayOutOfStateTest(absltest.TestCase):
         saved = pickle.dumps(state)  # what a checkpoint of the optimizer holds
         mu = pickle.loads(saved)[1][0].mu  # adam's first moment: (1 - b1) · the release
         noisy = jax.tree_util.tree_map(lambda m: m / (1 - b1), mu)
-        clipped_sum, _ = core.clip_and_sum(grads, clip)
+        clipped_sum, _ = core.clip_and_sum(grads, l2_clip=clip)
 
         def recovers(candidate):
             return all(
@@ -348,8 +360,13 @@ class SecretsStayOutOfStateTest(absltest.TestCase):
     def test_update_without_a_noise_key_is_refused(self):
         params = {"w": jnp.zeros((3,))}
         for tx, kwargs in (
-            (core.dp_aggregate(1.0, 1.0, 4.0), {}),
-            (core.dp_accumulate_aggregate(1.0, 1.0, 4.0), {"release": True}),
+            (core.dp_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0), {}),
+            (
+                core.dp_accumulate_aggregate(
+                    l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0
+                ),
+                {"release": True},
+            ),
         ):
             with self.assertRaisesRegex(ValueError, "needs noise_key="):
                 tx.update({"w": jnp.ones((2, 3))}, tx.init(params), params, **kwargs)
@@ -370,7 +387,9 @@ class PerExampleAxisTest(absltest.TestCase):
             self.tx.update({"w": jnp.ones(3)}, state, self.params, noise_key=NOISE_KEY)
         with self.assertRaisesRegex(ValueError, "needs params"):
             self.tx.update({"w": jnp.ones((2, 3))}, state, noise_key=NOISE_KEY)
-        acc_tx = core.dp_accumulate_aggregate(1.0, 0.0, 1.0)
+        acc_tx = core.dp_accumulate_aggregate(
+            l2_clip=1.0, noise_multiplier=0.0, expected_lot_size=1.0
+        )
         with self.assertRaisesRegex(ValueError, "per-example axis"):
             acc_tx.update(
                 {"w": jnp.ones(3)}, acc_tx.init(self.params), noise_key=NOISE_KEY, release=True
@@ -381,9 +400,9 @@ class PerExampleAxisTest(absltest.TestCase):
         with self.assertRaisesRegex(
             ValueError, r"same leading \(batch\) axis B; got \['b'\]: 2, \['w'\]: 4"
         ):
-            core.clip_and_sum(grads, 1.0)
+            core.clip_and_sum(grads, l2_clip=1.0)
         with self.assertRaisesRegex(ValueError, r"mask has shape \(3,\) but the batch has 4"):
-            core.clip_and_sum({"w": jnp.ones((4, 3))}, 1.0, jnp.ones(3))
+            core.clip_and_sum({"w": jnp.ones((4, 3))}, l2_clip=1.0, mask=jnp.ones(3))
 
     def test_empty_batch_is_a_clear_error(self):
         """Regression (issue 26 item 4): B = 0 died with ZeroDivisionError in a reshape."""
@@ -396,7 +415,7 @@ class PerExampleAxisTest(absltest.TestCase):
                 self.params,
                 {"x": jnp.ones((0, 3))},
                 jnp.ones(0),
-                1.0,
+                l2_clip=1.0,
                 clipping="vmap",
             )
 
@@ -418,7 +437,7 @@ class LotDrawnForAnotherDataSetTest(absltest.TestCase):
                 data,
                 lot,
                 jax.random.key(1),
-                clipping_method="vmap",
+                clipping="vmap",
                 **kwargs,
             )
 

@@ -33,6 +33,14 @@ def _clip_each(grads, l2_clip):
     return clipped
 
 
+def _clip_and_sum(grads, l2_clip, mask=None):  # positional C, for static_argnums under jit
+    return core.clip_and_sum(grads, l2_clip=l2_clip, mask=mask)
+
+
+def _private_grad_sum(loss_fn, params, batch, mask, l2_clip):
+    return core.private_grad_sum(loss_fn, params, batch, mask, l2_clip=l2_clip)
+
+
 class ClippingTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_norms_match_numpy(self):
@@ -49,7 +57,7 @@ class ClippingTest(parameterized.TestCase):
     @parameterized.parameters(0.1, 1.0, 3.0, 100.0)
     def test_sum_equals_sum_of_individually_clipped(self, l2_clip):
         grads = _random_grads(1, 7)
-        grad_sum, _ = self.variant(core.clip_and_sum, static_argnums=1)(grads, l2_clip)
+        grad_sum, _ = self.variant(_clip_and_sum, static_argnums=1)(grads, l2_clip)
         reference = _clip_each(grads, l2_clip)
         for name in grads:
             np.testing.assert_allclose(grad_sum[name], reference[name].sum(0), rtol=1e-5, atol=1e-6)
@@ -58,7 +66,7 @@ class ClippingTest(parameterized.TestCase):
     def test_every_clipped_example_has_norm_at_most_c(self):
         l2_clip = 0.5
         grads = _random_grads(2, 9, scale=10.0)
-        clip_one = self.variant(lambda g: core.clip_and_sum(g, l2_clip)[0])
+        clip_one = self.variant(lambda g: core.clip_and_sum(g, l2_clip=l2_clip)[0])
         for i in range(9):
             one = jax.tree_util.tree_map(lambda x, i=i: x[i : i + 1], grads)
             norm = core.per_example_l2_norms(
@@ -69,7 +77,7 @@ class ClippingTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_examples_under_c_are_unchanged(self):
         grads = _random_grads(3, 4, scale=0.01)  # Norms well below C = 1.
-        grad_sum, norms = self.variant(core.clip_and_sum, static_argnums=1)(grads, 1.0)
+        grad_sum, norms = self.variant(_clip_and_sum, static_argnums=1)(grads, 1.0)
         self.assertTrue(bool(jnp.all(norms < 1.0)))
         for name in grads:
             np.testing.assert_array_equal(grad_sum[name], jnp.sum(grads[name], 0))
@@ -81,7 +89,7 @@ class ClippingTest(parameterized.TestCase):
         real_only = jax.tree_util.tree_map(lambda x: x[np.array([0, 2, 3, 5])], grads)
         # Garbage (huge, NaN) in masked rows must not leak into the sum.
         poisoned = jax.tree_util.tree_map(lambda x: x.at[1].set(1e30).at[4].set(jnp.nan), grads)
-        clip = self.variant(core.clip_and_sum, static_argnums=1)
+        clip = self.variant(_clip_and_sum, static_argnums=1)
         masked_sum, _ = clip(poisoned, 1.0, mask)
         real_sum, _ = clip(real_only, 1.0)
         chex.assert_trees_all_equal(masked_sum, real_sum)
@@ -93,7 +101,7 @@ class ClippingTest(parameterized.TestCase):
         bad["w"] = bad["w"].at[2, 0, 0].set(jnp.inf)
         bad["b"] = bad["b"].at[3, 1].set(jnp.nan)
         mask = jnp.array([1, 1, 1, 0])
-        clip = self.variant(core.clip_and_sum, static_argnums=1)
+        clip = self.variant(_clip_and_sum, static_argnums=1)
         grad_sum, norms = clip(bad, 1.0, mask)
         expected, _ = clip(jax.tree_util.tree_map(lambda x: x[:2], grads), 1.0)
         chex.assert_trees_all_close(grad_sum, expected, rtol=1e-6)
@@ -104,14 +112,14 @@ class ClippingTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_low_precision_gradients_are_summed_in_float32(self):
         grads = {"w": jnp.ones((3, 5), jnp.bfloat16)}
-        grad_sum, norms = self.variant(core.clip_and_sum, static_argnums=1)(grads, 1.0)
+        grad_sum, norms = self.variant(_clip_and_sum, static_argnums=1)(grads, 1.0)
         self.assertEqual(grad_sum["w"].dtype, jnp.float32)
         self.assertEqual(norms.dtype, jnp.float32)
 
     def test_rejects_nonpositive_clip(self):
         for bad in (0.0, -1.0, float("nan")):
             with self.assertRaisesRegex(ValueError, "l2_clip"):
-                core.clip_and_sum(_random_grads(0, 2), bad)
+                core.clip_and_sum(_random_grads(0, 2), l2_clip=bad)
 
 
 @hypothesis.given(
@@ -129,8 +137,8 @@ def test_sensitivity_of_removing_one_example_is_at_most_c(batch, log_scale, l2_c
     grads = {"g": jnp.asarray(batch * 10.0**log_scale)}
     removed = removed % batch.shape[0]
     neighbour = {"g": jnp.delete(grads["g"], removed, axis=0)}
-    full_sum, _ = core.clip_and_sum(grads, l2_clip)
-    neighbour_sum, _ = core.clip_and_sum(neighbour, l2_clip)
+    full_sum, _ = core.clip_and_sum(grads, l2_clip=l2_clip)
+    neighbour_sum, _ = core.clip_and_sum(neighbour, l2_clip=l2_clip)
     diff = np.asarray(full_sum["g"], np.float64) - np.asarray(neighbour_sum["g"], np.float64)
     # Float32 rounding of a sum of B terms each of norm <= C.
     tolerance = l2_clip * (1 + 1e-5) + 1e-6 * l2_clip * batch.shape[0]
@@ -154,18 +162,20 @@ class PrivateGradSumTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_matches_clipping_explicit_per_example_grads(self):
         mask = jnp.array([1, 1, 0, 1, 1, 0])
-        grad_sum, norms, mean_loss = self.variant(core.private_grad_sum, static_argnums=(0, 4))(
+        grad_sum, norms, mean_loss = self.variant(_private_grad_sum, static_argnums=(0, 4))(
             self.loss_fn, self.params, self.batch, mask, 0.7
         )
         per_example = jax.vmap(jax.grad(self.loss_fn), in_axes=(None, 0))(self.params, self.batch)
-        expected, expected_norms = core.clip_and_sum(per_example, 0.7, mask)
+        expected, expected_norms = core.clip_and_sum(per_example, l2_clip=0.7, mask=mask)
         chex.assert_trees_all_close(grad_sum, expected, rtol=1e-5)
         np.testing.assert_allclose(norms, expected_norms, rtol=1e-5)
         losses = jax.vmap(self.loss_fn, in_axes=(None, 0))(self.params, self.batch)
         np.testing.assert_allclose(mean_loss, jnp.sum(losses * mask) / 4, rtol=1e-5)
 
     def test_returns_a_named_result_whose_norms_and_loss_are_flagged_private(self):
-        result = core.private_grad_sum(self.loss_fn, self.params, self.batch, jnp.ones(6), 0.7)
+        result = core.private_grad_sum(
+            self.loss_fn, self.params, self.batch, jnp.ones(6), l2_clip=0.7
+        )
         self.assertIsInstance(result, core.PrivateGradSum)
         grad_sum, norms, mean_loss = result  # Still unpacks as the old tuple.
         self.assertIs(result.norms, norms)
@@ -179,7 +189,7 @@ class PrivateGradSumTest(parameterized.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_all_masked_batch_gives_zero(self):
-        grad_sum, _, mean_loss = self.variant(core.private_grad_sum, static_argnums=(0, 4))(
+        grad_sum, _, mean_loss = self.variant(_private_grad_sum, static_argnums=(0, 4))(
             self.loss_fn, self.params, self.batch, jnp.zeros(6), 1.0
         )
         chex.assert_trees_all_equal(grad_sum, jax.tree_util.tree_map(jnp.zeros_like, self.params))
@@ -198,18 +208,25 @@ class PrivateGradSumTest(parameterized.TestCase):
         values = np.asarray(losses(jax.random.key(0)))
         self.assertLen(np.unique(values), 6)
         _, _, mean_loss = core.private_grad_sum(
-            loss_with_key, self.params, self.batch, jnp.ones(6), 1.0, key=jax.random.key(0)
+            loss_with_key,
+            self.params,
+            self.batch,
+            jnp.ones(6),
+            l2_clip=1.0,
+            dropout_key=jax.random.key(0),
         )
         np.testing.assert_allclose(mean_loss, values.mean(), rtol=1e-6)
 
     def test_accumulating_microbatches_equals_clipping_their_union(self):
         mask = jnp.array([1, 1, 1, 1, 1, 0])
-        union_sum, _, _ = core.private_grad_sum(self.loss_fn, self.params, self.batch, mask, 0.5)
+        union_sum, _, _ = core.private_grad_sum(
+            self.loss_fn, self.params, self.batch, mask, l2_clip=0.5
+        )
         state = core.init_accumulator(self.params)
         for part in (slice(0, 2), slice(2, 4), slice(4, 6)):
             micro = jax.tree_util.tree_map(lambda x, part=part: x[part], self.batch)
             micro_sum, _, _ = core.private_grad_sum(
-                self.loss_fn, self.params, micro, mask[part], 0.5
+                self.loss_fn, self.params, micro, mask[part], l2_clip=0.5
             )
             state = core.accumulate(state, micro_sum, jnp.sum(mask[part]))
         chex.assert_trees_all_close(state.grad_sum, union_sum, rtol=1e-5, atol=1e-6)
@@ -236,7 +253,9 @@ class JaxPrivacyCrossCheckTest(absltest.TestCase):
                 l2_clip_norm=l2_clip,
                 batch_argnums=(1, 2),
             )(params, x, y)
-            ours, _, _ = core.private_grad_sum(loss_one, params, (x, y), jnp.ones(8), l2_clip)
+            ours, _, _ = core.private_grad_sum(
+                loss_one, params, (x, y), jnp.ones(8), l2_clip=l2_clip
+            )
             chex.assert_trees_all_close(ours, theirs, rtol=1e-5, atol=1e-6)
 
 

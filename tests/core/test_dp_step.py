@@ -49,7 +49,13 @@ class DpStepTest(absltest.TestCase):
         after = jax.jit(lambda s, lot, key: dp_step.apply_lot(s, lot, key, tx=tx, **NOISE))(
             state, lot, NOISE_KEY
         )
-        released = core.noisy_average(lot, core.noise_key_for_step(NOISE_KEY, 4), 1.3, 0.5, 7.0)
+        released = core.noisy_average(
+            lot,
+            core.noise_key_for_step(NOISE_KEY, 4),
+            noise_multiplier=1.3,
+            l2_clip=0.5,
+            expected_lot_size=7.0,
+        )
         expected = jax.tree.map(jnp.subtract, self.params, released)
         self.assertEqual(int(after.step), 5)
         jax.tree.map(  # Jit fuses p - g/L: one float32 rounding apart at most.

@@ -78,12 +78,12 @@ def _jitted(clipping, loss_fn, microbatch_size):
         functools.partial(
             core.private_grad_sum, loss_fn, clipping=clipping, microbatch_size=microbatch_size
         ),
-        static_argnums=3,
+        static_argnames="l2_clip",
     )
 
 
 def _run(clipping, loss_fn, params, batch, mask, l2_clip, microbatch_size=None):
-    return _jitted(clipping, loss_fn, microbatch_size)(params, batch, mask, float(l2_clip))
+    return _jitted(clipping, loss_fn, microbatch_size)(params, batch, mask, l2_clip=float(l2_clip))
 
 
 def _assert_same(expected, got):
@@ -147,7 +147,9 @@ class GhostClippingTest(parameterized.TestCase):
         expected = _run("vmap", loss_fn, params, batch, mask, 0.7)
         with mock.patch.object(ghost, "_prefer_ghost", forced):
             got = jax.jit(
-                lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, 0.7, clipping="ghost")
+                lambda p, b, m: core.private_grad_sum(
+                    loss_fn, p, b, m, l2_clip=0.7, clipping="ghost"
+                )
             )(params, batch, mask)
         self.assertTrue(all(np.isfinite(v).all() for v in jax.tree_util.tree_leaves(got[0])))
         _assert_same(expected, got)
@@ -172,16 +174,20 @@ class GhostClippingTest(parameterized.TestCase):
         expected = _run("vmap", loss_fn, params, batch, mask, 0.8)
         with mock.patch.object(ghost, "_prefer_ghost", forced):
             got = jax.jit(
-                lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, 0.8, clipping="ghost")
+                lambda p, b, m: core.private_grad_sum(
+                    loss_fn, p, b, m, l2_clip=0.8, clipping="ghost"
+                )
             )(params, batch, mask)
         _assert_same(expected, got)
 
     def test_bad_arguments_are_named(self):
         params, batch, loss_fn = _setup(_TiedLM)
         with self.assertRaisesRegex(ValueError, "clipping='fast'"):
-            core.private_grad_sum(loss_fn, params, batch, jnp.ones(6), 1.0, clipping="fast")
+            core.private_grad_sum(loss_fn, params, batch, jnp.ones(6), l2_clip=1.0, clipping="fast")
         with self.assertRaisesRegex(ValueError, "microbatch_size=4"):
-            core.private_grad_sum(loss_fn, params, batch, jnp.ones(6), 1.0, microbatch_size=4)
+            core.private_grad_sum(
+                loss_fn, params, batch, jnp.ones(6), l2_clip=1.0, microbatch_size=4
+            )
 
 
 @hypothesis.settings(max_examples=12)  # Each example costs a few (cached) compiled runs.
@@ -246,7 +252,7 @@ def _projection_loss(p, example):
 @functools.cache
 def _clipped_sum(loss_fn, l2_clip, clipping="ghost"):
     return jax.jit(
-        lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, l2_clip, clipping=clipping)
+        lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, l2_clip=l2_clip, clipping=clipping)
     )
 
 
@@ -412,7 +418,7 @@ def test_a_ghost_clipped_row_never_exceeds_c_as_computed():
 
     def one_row(x):
         return core.private_grad_sum(
-            model.apply, params, x[None], jnp.ones(1), clip, clipping="ghost"
+            model.apply, params, x[None], jnp.ones(1), l2_clip=clip, clipping="ghost"
         ).grad_sum
 
     out = jax.jit(jax.vmap(one_row))(jnp.asarray(grads, jnp.float32))

@@ -58,7 +58,7 @@ def run(loss_fn, model, batch, mask, l2_clip, **kwargs):
     @jax.jit
     def step(state, batch, mask):
         return private_grad_sum_nnx(
-            loss_fn, (graphdef, state, rest), batch, mask, l2_clip, **kwargs
+            loss_fn, (graphdef, state, rest), batch, mask, l2_clip=l2_clip, **kwargs
         )
 
     return step(state, batch, mask)
@@ -95,7 +95,7 @@ def assert_matches(loss_fn, model, batch, mask, l2_clip, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ghost.GhostClippingWarning)
         result = run(loss_fn, model, batch, mask, l2_clip, **kwargs)
-    keys = None if "key" not in kwargs else jax.random.split(kwargs["key"], mask.shape[0])
+    keys = None if "dropout_key" not in kwargs else jax.random.split(kwargs["dropout_key"], mask.shape[0])
     grads, norms = per_example(loss_fn, model, batch, keys)
     assert_close(result.grad_sum, result.norms, clipped_sum(grads, norms, mask, l2_clip), norms)
     return result
@@ -155,7 +155,7 @@ def test_per_example_keys_reach_the_loss_as_in_private_grad_sum():
         return mlp_loss(model, {"x": jnp.where(keep, example["x"], 0.0), "y": example["y"]})
 
     model, batch, mask = MLP(nnx.Rngs(0)), mlp_batch(), jnp.ones(6)
-    assert_matches(noisy_loss, model, batch, mask, 0.5, key=jax.random.key(3))
+    assert_matches(noisy_loss, model, batch, mask, 0.5, dropout_key=jax.random.key(3))
 
 
 def test_parameters_read_outside_a_linear_fall_back_with_one_warning():
@@ -237,9 +237,9 @@ def test_padding_rows_contribute_exactly_zero_even_when_non_finite():
 def test_bad_inputs_are_named():
     model, batch = MLP(nnx.Rngs(0)), mlp_batch()
     with pytest.raises(TypeError, match="model must be an nnx.Module"):
-        private_grad_sum_nnx(mlp_loss, {"w": jnp.ones(3)}, batch, jnp.ones(6), 1.0)
+        private_grad_sum_nnx(mlp_loss, {"w": jnp.ones(3)}, batch, jnp.ones(6), l2_clip=1.0)
     with pytest.raises(ValueError, match="scalar loss for ONE example"):
-        private_grad_sum_nnx(lambda m, e: m(e["x"]), model, batch, jnp.ones(6), 1.0)
+        private_grad_sum_nnx(lambda m, e: m(e["x"]), model, batch, jnp.ones(6), l2_clip=1.0)
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ def _lot_sum(params, lot_index, masks):
     grads = [_per_example(params, _batch(10 * lot_index + k)) for k in range(len(masks))]
     stacked = jax.tree.map(lambda *g: jnp.concatenate(g), *grads)
     mask = jnp.asarray(np.concatenate(masks))
-    return core.clip_and_sum(stacked, C, mask)[0], int(mask.sum())
+    return core.clip_and_sum(stacked, l2_clip=C, mask=mask)[0], int(mask.sum())
 
 
 def _tx(inner, **kwargs):
@@ -117,7 +117,9 @@ class MultiStepsTest(parameterized.TestCase):
             lot_sum, real = _lot_sum(expected, lot_index, masks)
             lot = core.AccumulatorState(lot_sum, jnp.int32(real))
             key = core.noise_key_for_step(NOISE_KEY, lot_index)
-            gradient = core.noisy_average(lot, key, SIGMA, C, L)
+            gradient = core.noisy_average(
+                lot, key, noise_multiplier=SIGMA, l2_clip=C, expected_lot_size=L
+            )
             step, inner_state = inner.update(gradient, inner_state, expected)
             expected = optax.apply_updates(expected, step)
             chex.assert_trees_all_close(calls[-1][0], step, rtol=1e-4, atol=1e-6)
@@ -198,7 +200,7 @@ class MultiStepsTest(parameterized.TestCase):
 
 def test_dp_accumulate_aggregate_is_deprecated_for_dp_multi_steps():
     with pytest.warns(DeprecationWarning, match="dp_multi_steps"):
-        core.dp_accumulate_aggregate(1.0, 1.0, 4.0)
+        core.dp_accumulate_aggregate(l2_clip=1.0, noise_multiplier=1.0, expected_lot_size=4.0)
 
 
 if __name__ == "__main__":

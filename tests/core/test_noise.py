@@ -229,8 +229,17 @@ class NoisyAverageTest(parameterized.TestCase):
         state = core.init_accumulator(params)
         for _ in range(num_micro):
             state = core.accumulate(state, params, 8)
-        release = self.variant(core.noisy_average, static_argnums=(2, 3, 4))
-        noisy = release(state, jax.random.key(6), sigma, l2_clip, lot_size)
+        release = self.variant(
+            core.noisy_average,
+            static_argnames=("noise_multiplier", "l2_clip", "expected_lot_size"),
+        )
+        noisy = release(
+            state,
+            jax.random.key(6),
+            noise_multiplier=sigma,
+            l2_clip=l2_clip,
+            expected_lot_size=lot_size,
+        )
         sample = np.asarray(noisy["w"], np.float64)
         lo, hi = _std_interval(sigma * l2_clip / lot_size, sample.size)
         self.assertBetween(sample.std(ddof=1), lo, hi)
@@ -243,20 +252,30 @@ class NoisyAverageTest(parameterized.TestCase):
         state = core.accumulate(core.init_accumulator(grad_sum), grad_sum, 3)
         for realised in (0, 3, 1000):
             state = state._replace(num_examples=jnp.asarray(realised, jnp.int32))
-            out = core.noisy_average(state, jax.random.key(0), 0.0, 1.0, 4.0)
+            out = core.noisy_average(
+                state, jax.random.key(0), noise_multiplier=0.0, l2_clip=1.0, expected_lot_size=4.0
+            )
             np.testing.assert_allclose(out["w"], 3.0)
 
     def test_empty_lot_releases_pure_noise(self):
         params = {"w": jnp.zeros((1000,))}
-        out = core.noisy_average(core.init_accumulator(params), jax.random.key(7), 2.0, 1.0, 10.0)
+        out = core.noisy_average(
+            core.init_accumulator(params),
+            jax.random.key(7),
+            noise_multiplier=2.0,
+            l2_clip=1.0,
+            expected_lot_size=10.0,
+        )
         expected = core.add_gaussian_noise(params, 2.0, jax.random.key(7))
         chex.assert_trees_all_close(out, jax.tree_util.tree_map(lambda x: x / 10.0, expected))
         self.assertGreater(float(jnp.std(out["w"])), 0.1)
 
     def test_privacy_parameters_work_under_jit_when_static(self):
         state = core.init_accumulator({"w": jnp.zeros((4,))})
-        fn = jax.jit(core.noisy_average, static_argnums=(2, 3, 4))
-        out = fn(state, jax.random.key(0), 1.0, 1.0, 2.0)
+        fn = jax.jit(
+            core.noisy_average, static_argnames=("noise_multiplier", "l2_clip", "expected_lot_size")
+        )
+        out = fn(state, jax.random.key(0), noise_multiplier=1.0, l2_clip=1.0, expected_lot_size=2.0)
         chex.assert_shape(out["w"], (4,))
 
     @parameterized.named_parameters(
@@ -268,7 +287,13 @@ class NoisyAverageTest(parameterized.TestCase):
     def test_invalid_parameters(self, sigma, l2_clip, lot_size, name):
         state = core.init_accumulator({"w": jnp.zeros((2,))})
         with self.assertRaisesRegex(ValueError, name):
-            core.noisy_average(state, jax.random.key(0), sigma, l2_clip, lot_size)
+            core.noisy_average(
+                state,
+                jax.random.key(0),
+                noise_multiplier=sigma,
+                l2_clip=l2_clip,
+                expected_lot_size=lot_size,
+            )
 
 
 def test_noise_seeds_differing_above_bit_32_give_different_noise():

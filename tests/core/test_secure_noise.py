@@ -66,7 +66,9 @@ def _releases(mode, shift, seed):
     keys = jax.random.split(jax.random.key(seed), TRIALS)
 
     def one(total, key):
-        return core.add_gaussian_noise(total, SIGMA * CLIP, key, mode=mode, l2_sensitivity=CLIP)
+        return core.add_gaussian_noise(
+            total, SIGMA * CLIP, key, noise_mode=mode, l2_sensitivity=CLIP
+        )
 
     return jax.jit(jax.vmap(one))(sums, keys)
 
@@ -181,7 +183,7 @@ class SecureModeTest(parameterized.TestCase):
     def test_output_is_on_the_grid_with_leaf_shapes_and_dtypes(self):
         tree = {"w": jnp.linspace(-3, 3, 300).reshape(20, 15), "b": [jnp.ones((7,), jnp.bfloat16)]}
         noised = self.variant(
-            lambda t, k: core.add_gaussian_noise(t, 0.5, k, mode="secure", l2_sensitivity=1.0)
+            lambda t, k: core.add_gaussian_noise(t, 0.5, k, noise_mode="secure", l2_sensitivity=1.0)
         )(tree, jax.random.key(3))
         chex.assert_trees_all_equal_shapes_and_dtypes(noised, tree)
         grid = secure_noise.secure_grid(307, 0.5, 1.0).grid
@@ -192,18 +194,18 @@ class SecureModeTest(parameterized.TestCase):
     def test_zero_stddev_is_identity_and_nan_stays_nan(self):
         tree = {"w": jnp.array([0.3, jnp.nan, -1.0])}
         same = core.add_gaussian_noise(
-            tree, 0.0, jax.random.key(0), mode="secure", l2_sensitivity=1.0
+            tree, 0.0, jax.random.key(0), noise_mode="secure", l2_sensitivity=1.0
         )
         chex.assert_trees_all_equal(same, tree)
         noised = core.add_gaussian_noise(
-            tree, 1.0, jax.random.key(0), mode="secure", l2_sensitivity=1.0
+            tree, 1.0, jax.random.key(0), noise_mode="secure", l2_sensitivity=1.0
         )
         np.testing.assert_array_equal(np.isnan(noised["w"]), [False, True, False])
 
     @parameterized.named_parameters(
-        ("unknown_mode", dict(mode="exact"), "noise mode 'exact' is unknown"),
-        ("no_sensitivity", dict(mode="secure"), "l2_sensitivity"),
-        ("bad_sensitivity", dict(mode="secure", l2_sensitivity=0.0), "l2_sensitivity"),
+        ("unknown_mode", dict(noise_mode="exact"), "noise mode 'exact' is unknown"),
+        ("no_sensitivity", dict(noise_mode="secure"), "l2_sensitivity"),
+        ("bad_sensitivity", dict(noise_mode="secure", l2_sensitivity=0.0), "l2_sensitivity"),
     )
     def test_bad_mode_arguments(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):
@@ -213,7 +215,14 @@ class SecureModeTest(parameterized.TestCase):
         sigma, l2_clip, lot_size, n = 1.3, 0.5, 64.0, 60_000
         state = core.init_accumulator({"w": jnp.zeros((n,))})
         release = jax.jit(
-            lambda st, k: core.noisy_average(st, k, sigma, l2_clip, lot_size, noise_mode="secure")
+            lambda st, k: core.noisy_average(
+                st,
+                k,
+                noise_multiplier=sigma,
+                l2_clip=l2_clip,
+                expected_lot_size=lot_size,
+                noise_mode="secure",
+            )
         )
         sample = np.asarray(release(state, jax.random.key(6))["w"], np.float64)
         stddev = secure_noise.secure_grid(n, sigma * l2_clip, l2_clip).stddev / lot_size
@@ -224,8 +233,17 @@ class SecureModeTest(parameterized.TestCase):
 
     def test_default_mode_is_unchanged(self):
         state = core.init_accumulator({"w": jnp.zeros((1000,))})
-        default = core.noisy_average(state, jax.random.key(7), 2.0, 1.0, 10.0)
-        explicit = core.noisy_average(state, jax.random.key(7), 2.0, 1.0, 10.0, noise_mode="float")
+        default = core.noisy_average(
+            state, jax.random.key(7), noise_multiplier=2.0, l2_clip=1.0, expected_lot_size=10.0
+        )
+        explicit = core.noisy_average(
+            state,
+            jax.random.key(7),
+            noise_multiplier=2.0,
+            l2_clip=1.0,
+            expected_lot_size=10.0,
+            noise_mode="float",
+        )
         chex.assert_trees_all_equal(default, explicit)
         normal = jax.random.normal(jax.random.split(jax.random.key(7), 1)[0], (1000,)) * 2.0
         chex.assert_trees_all_equal(default["w"], normal / 10.0)

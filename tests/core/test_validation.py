@@ -31,7 +31,9 @@ def test_traced_negative_clip_is_refused_under_jit(clipping):
     params, batch = _problem()
 
     def step(l2_clip):
-        return core.private_grad_sum(_loss, params, batch, jnp.ones(8), l2_clip, clipping=clipping)
+        return core.private_grad_sum(
+            _loss, params, batch, jnp.ones(8), l2_clip=l2_clip, clipping=clipping
+        )
 
     with pytest.raises(TypeError, match="l2_clip is a traced JAX value.*static"):
         jax.jit(step)(-1e-3)
@@ -43,21 +45,20 @@ def test_traced_negative_clip_is_refused_under_jit(clipping):
 def test_traced_clip_is_refused_by_clip_and_sum():
     grads = {"w": jnp.ones((4, 3))}
     with pytest.raises(TypeError, match="l2_clip is a traced"):
-        jax.jit(core.clip_and_sum)(grads, -1.0)
+        jax.jit(lambda g, c: core.clip_and_sum(g, l2_clip=c))(grads, -1.0)
 
 
-@pytest.mark.parametrize("traced", [2, 3, 4])
+@pytest.mark.parametrize("traced", ["noise_multiplier", "l2_clip", "expected_lot_size"])
 def test_traced_noise_parameters_are_refused(traced):
-    names = {2: "noise_multiplier", 3: "l2_clip", 4: "expected_lot_size"}
+    names = ("noise_multiplier", "l2_clip", "expected_lot_size")
     state = core.init_accumulator({"w": jnp.zeros((4,))})
-    static = tuple(i for i in (2, 3, 4) if i != traced)
-    release = jax.jit(core.noisy_average, static_argnums=static)
-    with pytest.raises(TypeError, match=f"{names[traced]} is a traced JAX value"):
-        release(state, jax.random.key(0), 1.0, 1.0, 8.0)
+    privacy = {"noise_multiplier": 1.0, "l2_clip": 1.0, "expected_lot_size": 8.0}
+    static = tuple(name for name in names if name != traced)
+    release = jax.jit(core.noisy_average, static_argnames=static)
+    with pytest.raises(TypeError, match=f"{traced} is a traced JAX value"):
+        release(state, jax.random.key(0), **privacy)
     # All static: fine.
-    out = jax.jit(core.noisy_average, static_argnums=(2, 3, 4))(
-        state, jax.random.key(0), 1.0, 1.0, 8.0
-    )
+    out = jax.jit(core.noisy_average, static_argnames=names)(state, jax.random.key(0), **privacy)
     chex.assert_shape(out["w"], (4,))
 
 
@@ -109,9 +110,9 @@ def test_boolean_parameters_are_refused():
 def test_mask_of_the_wrong_length_names_mask_and_batch_size(clipping):
     params, batch = _problem(rows=8)
     with pytest.raises(ValueError, match=r"mask has shape \(7,\) but the batch has 8 rows"):
-        core.private_grad_sum(_loss, params, batch, jnp.ones(7), 1.0, clipping=clipping)
+        core.private_grad_sum(_loss, params, batch, jnp.ones(7), l2_clip=1.0, clipping=clipping)
     with pytest.raises(ValueError, match=r"mask has shape \(7,\) but the batch has 8 rows"):
-        core.clip_and_sum({"w": jnp.ones((8, 3))}, 1.0, jnp.ones(7))
+        core.clip_and_sum({"w": jnp.ones((8, 3))}, l2_clip=1.0, mask=jnp.ones(7))
 
 
 @pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
@@ -119,15 +120,15 @@ def test_mask_must_be_an_indicator_not_weights(bad):
     params, batch = _problem(rows=4)
     mask = jnp.array([1.0, bad, 0.0, 1.0])
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
-        core.private_grad_sum(_loss, params, batch, mask, 1.0)
+        core.private_grad_sum(_loss, params, batch, mask, l2_clip=1.0)
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
-        core.clip_and_sum({"w": jnp.ones((4, 3))}, 1.0, mask)
+        core.clip_and_sum({"w": jnp.ones((4, 3))}, l2_clip=1.0, mask=mask)
 
 
 def test_traced_mask_counts_any_nonzero_entry_as_one():
     """Documented semantics where a mask cannot be checked: an indicator, not weights."""
     params, batch = _problem(rows=4)
-    run = jax.jit(lambda m: core.private_grad_sum(_loss, params, batch, m, 0.5)[0])
+    run = jax.jit(lambda m: core.private_grad_sum(_loss, params, batch, m, l2_clip=0.5)[0])
     chex.assert_trees_all_close(
         run(jnp.array([1.0, 0.3, 0.0, 7.0])), run(jnp.array([1.0, 1.0, 0.0, 1.0]))
     )
@@ -141,7 +142,9 @@ def test_batch_shaped_loss_is_refused_as_not_per_example(clipping):
         return (example["x"] @ p["w"] - example["y"]) ** 2  # [2]: not a scalar.
 
     with pytest.raises(ValueError, match="loss_fn must return a scalar loss for ONE example"):
-        core.private_grad_sum(batch_loss, params, batch, jnp.ones(8), 1.0, clipping=clipping)
+        core.private_grad_sum(
+            batch_loss, params, batch, jnp.ones(8), l2_clip=1.0, clipping=clipping
+        )
 
 
 def test_calibration_warns_when_its_answer_is_the_search_floor():

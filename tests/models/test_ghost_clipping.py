@@ -99,8 +99,8 @@ def _step(kind, clipping):
             trainable,
             batch,
             mask,
-            l2_clip,
-            key=key,
+            l2_clip=l2_clip,
+            dropout_key=key,
             clipping=clipping,
             microbatch_size=3 if kind == "mbart" else None,
         )

@@ -101,7 +101,7 @@ def _private_sum(kind, clipping, trainable_fn):
 
     def run(batch, mask, l2_clip, key):
         return core.private_grad_sum(
-            loss_fn, trainable, batch, mask, l2_clip, key=key, clipping=clipping
+            loss_fn, trainable, batch, mask, l2_clip=l2_clip, dropout_key=key, clipping=clipping
         )
 
     return jax.jit(run, static_argnums=2), trainable

@@ -67,10 +67,10 @@ CORE_ONLY = textwrap.dedent(
     params = {{"w1": 0.3 * jnp.ones((3, 8)), "w2": 0.3 * jnp.ones((8, 2))}}
     data = {{"x": jax.random.normal(jax.random.key(1), (50, 3)), "y": jnp.arange(50) % 2}}
     lot = core.poisson_lot(jax.random.key(2), 50, 0.2, microbatch_size=8, max_microbatches=4)
-    def step(clipping_method):
+    def step(clipping):
         return jax.jit(lambda p, lot: core.private_lot_gradient(
             loss_fn, p, data, lot, jax.random.key(3), l2_clip=1.0, noise_multiplier=1.0,
-            expected_lot_size=10.0, clipping_method=clipping_method))(params, lot)
+            expected_lot_size=10.0, clipping=clipping))(params, lot)
     grad = step("vmap")
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grad))
     try:

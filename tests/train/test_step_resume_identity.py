@@ -50,8 +50,8 @@ def frozen_lot_step(loss_fn, tx, privacy_, mesh, *, clipping="ghost", clipping_c
                 trainable,
                 batch,
                 mask,
-                privacy_.l2_clip,
-                key=key,
+                l2_clip=privacy_.l2_clip,
+                dropout_key=key,
                 clipping=clipping,
                 microbatch_size=clipping_chunk or None,
             )
@@ -71,9 +71,9 @@ def frozen_lot_step(loss_fn, tx, privacy_, mesh, *, clipping="ghost", clipping_c
             return core.noisy_average(
                 acc,
                 noise_key,
-                privacy_.noise_multiplier,
-                privacy_.l2_clip,
-                privacy_.expected_lot_size,
+                noise_multiplier=privacy_.noise_multiplier,
+                l2_clip=privacy_.l2_clip,
+                expected_lot_size=privacy_.expected_lot_size,
                 noise_mode=privacy_.noise_mode,
             )
         return jax.tree.map(lambda g: g / privacy_.expected_lot_size, acc.grad_sum)
