@@ -120,6 +120,62 @@ def group_claim(plan: privacy.PrivacyPlan, steps: int) -> GroupClaim | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class UnitClaim:
+    """The privacy unit of a group-level (user-level) run: results.json's "privacy_unit".
+
+    Attributes:
+      unit: "group": one whole group (a user, a case report) is the neighbour.
+      num_groups: N_groups, groups in the training split (assumed public, like N).
+      group_cap: k, the most examples one sampled group adds to a lot.
+      expected_groups_per_lot: L_groups.
+      sampling_rate: q = L_groups / N_groups.
+      steps_planned: T.
+      noise_multiplier: σ (noise stddev / C, C bounding one group's contribution).
+      epsilon_per_group: DP-SGD's ε for one whole group at the planned T, at
+        `delta`: `dp_accounting`'s PoissonSampledDpEvent(q, GaussianDpEvent(σ))
+        composed T times (`core.compute_epsilon` with the plan's accountant).
+      delta: δ of DP-SGD.
+      note: the statement in words.
+    """
+
+    unit: str
+    num_groups: int
+    group_cap: int
+    expected_groups_per_lot: int
+    sampling_rate: float
+    steps_planned: int
+    noise_multiplier: float
+    epsilon_per_group: float
+    delta: float
+    note: str
+
+
+def unit_claim(plan: privacy.PrivacyPlan) -> UnitClaim | None:
+    """The unit record of a group-level plan (None for an example-level one)."""
+    if plan.unit != privacy.GROUP:
+        return None
+    epsilon = plan.epsilon_after(plan.num_steps)
+    note = (
+        f"The guarantee protects one whole group (all its examples; at most k = {plan.group_cap} "
+        f"of them in any lot): DP-SGD ε = {epsilon:.3g} per group at δ = {plan.delta:g}, "
+        f"over N_groups = {plan.num_groups} groups sampled with q = {plan.sampling_rate:.4g}. "
+        "Assumes N_groups and k are public, like N."
+    )
+    return UnitClaim(
+        unit=plan.unit,
+        num_groups=plan.num_groups,
+        group_cap=plan.group_cap,
+        expected_groups_per_lot=plan.expected_lot_size,
+        sampling_rate=plan.sampling_rate,
+        steps_planned=plan.num_steps,
+        noise_multiplier=plan.noise_multiplier,
+        epsilon_per_group=epsilon,
+        delta=plan.delta,
+        note=note,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class PrivacyReport:
     """The run's claim: DP-SGD's (ε, δ) at the planned T, composed with the vocabulary's.
 
@@ -158,6 +214,7 @@ class PrivacyReport:
     epsilon_if_seed_were_secret_NOT_A_GUARANTEE: float | None = None
     noise_mode: str = "float"
     group_privacy: GroupClaim | None = None
+    privacy_unit: UnitClaim | None = None
 
     # results.json's key order (a published format).
     _ORDER = (
@@ -187,9 +244,11 @@ class PrivacyReport:
         "total_delta",
         "composition",
         "group_privacy",
+        "privacy_unit",
     )
     _OPTIONAL = (
         "group_privacy",
+        "privacy_unit",
         "total_delta",
         "pretrained",
         "epsilon_at_realised_stop_NOT_A_GUARANTEE",
@@ -211,7 +270,7 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key in ("vocabulary", "group_privacy"):
+            if key in ("vocabulary", "group_privacy", "privacy_unit"):
                 value = dataclasses.asdict(value)
             elif key == "pretrained":
                 value = value.to_json()
@@ -233,6 +292,11 @@ class PrivacyReport:
             if isinstance(group.get("dp_sgd_epsilon"), str):  # write_json stores inf as "inf".
                 group["dp_sgd_epsilon"] = float(group["dp_sgd_epsilon"])
             values["group_privacy"] = GroupClaim(**group)
+        if data.get("privacy_unit") is not None:
+            unit = dict(data["privacy_unit"])
+            if isinstance(unit.get("epsilon_per_group"), str):  # write_json stores inf as "inf".
+                unit["epsilon_per_group"] = float(unit["epsilon_per_group"])
+            values["privacy_unit"] = UnitClaim(**unit)
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -244,6 +308,11 @@ def adjacency(plan: privacy.PrivacyPlan) -> str:
     """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
     if not plan.private:
         return "none (no guarantee)"
+    if plan.sampling == privacy.POISSON and plan.unit == privacy.GROUP:
+        return (
+            "add/remove one whole group of training examples (Poisson-sampled Gaussian over "
+            "groups; a sampled group adds at most group_cap of its examples)"
+        )
     if plan.sampling == privacy.POISSON:
         return "add/remove one training example (Poisson-sampled Gaussian)"
     return (
@@ -325,6 +394,8 @@ def privacy_report(
         optional["epsilon_if_poisson_NOT_A_GUARANTEE"] = poisson_figure
     if (group := group_claim(plan, plan.num_steps)) is not None:
         optional["group_privacy"] = group
+    if (unit := unit_claim(plan)) is not None:
+        optional["privacy_unit"] = unit
     if plan.private and not plan.seed_is_secret:
         # What the run would claim with a secret seed: for tests to check the accounting.
         as_if_secret = dataclasses.replace(plan, seed_is_secret=True)
