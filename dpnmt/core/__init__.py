@@ -25,6 +25,7 @@ from dpnmt.core.aggregation import DpAggregateState, dp_aggregate
 from dpnmt.core.clipping import clip_and_sum, count_nonfinite, per_example_l2_norms
 from dpnmt.core.dp_step import TrainState, dropout_key, init_train_state
 from dpnmt.core.group_accounting import compute_group_epsilon, compute_group_epsilon_shuffled
+from dpnmt.core.group_clipping import group_clipped_sum
 from dpnmt.core.noise import add_gaussian_noise, fresh_seed, key_from_seed, noise_key_for_step
 from dpnmt.core.private_grad import PrivateGradSum, private_grad_sum
 
@@ -48,6 +49,7 @@ __all__ = [
     "dropout_key",
     "epsilon_if_poisson_not_a_guarantee",
     "fresh_seed",
+    "group_clipped_sum",
     "init_accumulator",
     "init_train_state",
     "key_from_seed",
