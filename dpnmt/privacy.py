@@ -279,17 +279,18 @@ def _check_group_unit(dp_config, num_groups: int | None) -> int:
     return int(cap)
 
 
-def size_problems(dp, train, dataset_size: int) -> list[str]:
+def size_problems(dp, train, dataset_size: int, num_groups: int | None = None) -> list[str]:
     """Problems that need N: the lot size below N, a reachable target ε.
 
     Reachability is one accountant evaluation at the largest σ the calibration
-    tries (the run calibrates σ itself, once).
+    tries (the run calibrates σ itself, once). `num_groups`: N_groups, for
+    `dp.unit="group"` (None: the corpus names no groups).
     """
     calibrate = dp.enabled and dp.noise_multiplier is None and dp.target_epsilon is not None
     if calibrate:  # Stand-in σ: the plan's L, N, q and T do not depend on it.
         dp = dataclasses.replace(dp, noise_multiplier=1.0)
     try:
-        plan = plan_privacy(dp, train, dataset_size)
+        plan = plan_privacy(dp, train, dataset_size, num_groups=num_groups)
     except ValueError as error:
         return [str(error)]
     if not calibrate:
@@ -299,7 +300,7 @@ def size_problems(dp, train, dataset_size: int) -> list[str]:
     if reached > dp.target_epsilon:
         return [
             f"dp.target_epsilon={dp.target_epsilon:g} is unreachable: even σ={largest:g} gives "
-            f"ε={reached:.4g} (N={dataset_size}, q={plan.sampling_rate:.4g}, "
+            f"ε={reached:.4g} (N={plan.dataset_size}, q={plan.sampling_rate:.4g}, "
             f"T={plan.num_steps}, {plan.sampling}); raise dp.target_epsilon or dp.delta, or "
             "lower train.num_epochs."
         ]
@@ -312,7 +313,10 @@ def suggested_delta(dataset_size: int) -> float:
 
 
 def delta_problems(
-    dp, dataset_size: int, other_deltas: tuple[tuple[str, float], ...] = ()
+    dp,
+    dataset_size: int,
+    other_deltas: tuple[tuple[str, float], ...] = (),
+    counted: str = "training pairs",
 ) -> list[str]:
     """A private run's total δ at or above 1/N is refused unless `dp.allow_large_delta`.
 
@@ -324,6 +328,7 @@ def delta_problems(
       dp: `config.dp` (a `dpnmt.config.PrivacyConfig`).
       dataset_size: N.
       other_deltas: (what it is, δ) of each mechanism composed with DP-SGD.
+      counted: what N counts ("groups" for `dp.unit="group"`: N = N_groups).
     """
     if not dp.enabled or dp.allow_large_delta or not isinstance(dp.delta, (int, float)):
         return []
@@ -336,8 +341,8 @@ def delta_problems(
         return []
     parts_text = parts[0] if len(parts) == 1 else f"{' + '.join(parts)}: total δ={total:g}"
     return [
-        f"{parts_text} is at least 1/N = {1 / dataset_size:.3g} (N={dataset_size} training "
-        "pairs after preprocessing): such a δ allows publishing a random training example "
+        f"{parts_text} is at least 1/N = {1 / dataset_size:.3g} (N={dataset_size} {counted} "
+        "after preprocessing): such a δ allows publishing a random training example "
         f"in full. Use e.g. dp.delta={suggested_delta(dataset_size):g} (1/(10N) rounded "
         "down to a power of ten), or set dp.allow_large_delta=True to accept it."
     ]

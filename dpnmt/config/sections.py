@@ -297,7 +297,7 @@ class PrivacyConfig(Section):
         return problems
 
     def unit_problems(self) -> list[str]:
-        """`dp.unit="group"`: a cap k >= 1, Poisson sampling, and (for now) a refusal."""
+        """`dp.unit="group"`: a cap k >= 1, Poisson sampling, no clipping chunks."""
         if self.unit != "group":
             return []
         problems = []
@@ -311,12 +311,12 @@ class PrivacyConfig(Section):
                 f"dp.unit='group' needs dp.sampling='poisson' (groups are Poisson-sampled), "
                 f"not {self.sampling!r}."
             )
-        problems.append(
-            "dp.unit='group' (user-level DP-SGD) is not yet implemented in training: the core "
-            "primitive (dpnmt.core.group_clipping) and its accounting (PrivacyPlan over groups) "
-            "exist, the group sampler and train step do not (issue 31 item 3). Use "
-            "dp.unit='example' (results.json then states the group-privacy bound)."
-        )
+        if self.clipping_chunk:
+            problems.append(
+                f"dp.clipping_chunk={self.clipping_chunk} is not supported with dp.unit='group' "
+                "(each micro-batch clips whole groups at once): set dp.clipping_chunk=0 and "
+                "lower train.physical_batch_size to save memory."
+            )
         return problems
 
 

@@ -114,9 +114,16 @@ def check_run(
     if corpus_transform is not None:
         corpus = corpus_transform(corpus)
     dataset_size = data_checks.kept_pairs(corpus["train"], run.data.pair)
-    problems = privacy.size_problems(run.dp, run.train, dataset_size)
+    num_groups, counted = None, "training pairs"
+    if run.dp.unit == privacy.GROUP:  # N is N_groups; δ below 1/N_groups.
+        labels = data_checks.kept_groups(corpus["train"], run.data.pair)
+        num_groups = None if labels is None else len(set(labels))
+        counted = "groups"
+    problems = privacy.size_problems(run.dp, run.train, dataset_size, num_groups)
     if not problems:  # The plan is sound: its δ against N.
-        problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(run))
+        problems = privacy.delta_problems(
+            run.dp, num_groups or dataset_size, _other_deltas(run), counted
+        )
     problems += data_checks.vocabulary_problems(run, corpus["train"], dataset_size)
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
