@@ -83,19 +83,110 @@ def test_group_plans_refuse_what_they_lack(dp, num_groups, message):
         privacy.plan_privacy(dp, train, dataset_size=968, num_groups=num_groups)
 
 
-def test_config_refuses_group_unit_until_training_implements_it():
+def test_config_accepts_group_unit_and_refuses_what_it_cannot_run():
     config = config_lib.make_config("eps5")
     config.dp.unit = "group"
+    with pytest.raises(ConfigError, match="dp.group_cap=None"):
+        RunConfig.parse(config)
+    config.dp.group_cap = 8
+    # The default vocabulary from scratch is DP-SentencePiece: its ε is per pair.
     with pytest.raises(ConfigError) as error:
         RunConfig.parse(config)
-    text = str(error.value)
-    assert "dp.group_cap=None" in text
-    assert "not yet implemented in training" in text
-    config.dp.group_cap = 8
-    with pytest.raises(ConfigError, match="not yet implemented in training"):
-        RunConfig.parse(config)
+    assert "tokenizer.kind='dp_sentencepiece'" in str(error.value)
+    assert "Use a public vocabulary" in str(error.value)
+    config.tokenizer.kind = "sentencepiece_public"
+    config.tokenizer.public_corpora = "files:public"
+    assert RunConfig.parse(config).dp.unit == "group"
+    for field, value, message in (
+        ("data.length_buckets", "8,16", "data.length_buckets='8,16' with dp.unit='group'"),
+        ("dp.clipping_chunk", 4, "dp.clipping_chunk=4 is not supported with dp.unit='group'"),
+        ("dp.sampling", "shuffle", "needs dp.sampling='poisson'"),
+    ):
+        changed = config_lib.make_config("eps5")
+        changed.update_from_flattened_dict(
+            {
+                "dp.unit": "group",
+                "dp.group_cap": 8,
+                "tokenizer.kind": "sentencepiece_public",
+                "tokenizer.public_corpora": "files:public",
+                field: value,
+            }
+        )
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+            RunConfig.parse(changed)
     config.dp.unit = "user"
     with pytest.raises(ConfigError, match="dp.unit='user' is unknown"):
         RunConfig.parse(config)
     config.dp.unit = "example"
     assert RunConfig.parse(config).dp.unit == "example"
+
+
+# --- training end to end -------------------------------------------------------
+
+GROUP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 6, 5, 4)  # 60 pairs in 12 groups; k = 4 caps 6.
+
+
+def _grouped_files(folder) -> str:
+    """A `files:` de-en TSV corpus whose `group` column puts 60 train pairs in 12 groups."""
+    folder.mkdir()
+    rows = [
+        (f"Satz {g} Nummer {j} hier", f"Sentence {g} number {j} here", f"user{g}")
+        for g, size in enumerate(GROUP_SIZES)
+        for j in range(size)
+    ]
+    for split, split_rows in (("train", rows), ("validation", rows[:4]), ("test", rows[:4])):
+        (folder / f"{split}.tsv").write_text(
+            "de\ten\tgroup\n" + "".join(f"{a}\t{b}\t{c}\n" for a, b, c in split_rows)
+        )
+    return str(folder)
+
+
+def _group_run_config(tmp_path, clipping: str):
+    from tests.small_configs import smaller_config
+
+    public = tmp_path / "news.txt"  # Public text for the vocabulary (not the corpus's).
+    public.write_text(
+        "".join(
+            f"Die Zeitung schreibt {i} Dinge. The paper writes {i} things.\n" for i in range(200)
+        )
+    )
+    c = smaller_config("eps8")
+    c.noise_seed, c.testing_only_fixed_noise_seed_NO_PRIVACY = None, False  # A secret seed.
+    c.data.corpus, c.data.pair = f"files:{_grouped_files(tmp_path / 'corpus')}", "de-en"
+    c.data.max_train_examples = None
+    c.tokenizer.kind, c.tokenizer.public_text_paths = "sentencepiece_public", (str(public),)
+    c.dp.update(unit="group", group_cap=4, delta=1e-3, clipping=clipping)
+    c.train.expected_lot_size = 4  # L_groups: q = 4 / 12, T = 3 lots in one epoch.
+    c.train.physical_batch_size = 8
+    return c
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_compilation_cache")
+@pytest.mark.parametrize("clipping", ["vmap", "ghost"])
+def test_group_unit_trains_and_results_json_reports_epsilon_per_group(tmp_path, clipping):
+    from dpnmt.training import loop
+
+    config = _group_run_config(tmp_path, clipping)
+    loop.train_and_evaluate(RunConfig.of(config), str(tmp_path / "run"))
+    loaded = json.loads((tmp_path / "run" / "results.json").read_text())["privacy"]
+    assert loaded["steps_done"] == loaded["steps_planned"] == 3
+    unit = loaded["privacy_unit"]
+    assert (unit["unit"], unit["num_groups"], unit["group_cap"]) == ("group", 12, 4)
+    assert unit["expected_groups_per_lot"] == 4 and unit["sampling_rate"] == pytest.approx(1 / 3)
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(
+                unit["sampling_rate"], dp_accounting.GaussianDpEvent(unit["noise_multiplier"])
+            ),
+            unit["steps_planned"],
+        )
+    )
+    assert unit["epsilon_per_group"] == pytest.approx(accountant.get_epsilon(1e-3), rel=1e-6)
+    # A public vocabulary: the total is DP-SGD's ε per group.
+    assert loaded["total_epsilon"] == unit["epsilon_per_group"] == loaded["dp_sgd_epsilon"]
+    # The sampler's state (secret) went to private/ for an exact resume.
+    private = tmp_path / "run" / "private"
+    states = [json.loads(p.read_text()) for p in private.rglob("*.json") if "sampler" in p.name]
+    assert any(state.get("sampling_scheme") == "poisson_groups" for state in states)
