@@ -125,10 +125,29 @@ def check_run(
             run.dp, num_groups or dataset_size, _other_deltas(run), counted
         )
     problems += data_checks.vocabulary_problems(run, corpus["train"], dataset_size)
+    problems += _group_pretrained_problems(run)
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
+
+
+def _group_pretrained_problems(run: RunConfig) -> list[str]:
+    """dp.unit=group from a dpnmt export whose per-pair ε would compose into the total."""
+    if run.dp.unit != privacy.GROUP or not run.dp.enabled:
+        return []
+    claim = pretrained_privacy.pretrained_claim(run)
+    if claim is None or not claim.composed or not claim.epsilon:  # None, 0: nothing added.
+        return []
+    if claim.epsilon == float("inf"):  # Composes to ε = ∞: reported as no guarantee.
+        return []
+    return [
+        f"dp.unit='group' starting from model.name_or_path={run.model.name_or_path!r}, a "
+        f"dpnmt export whose own ε={claim.epsilon:.3g} composes into this run's total: that "
+        "ε is not per group of this run, so the total per group would be wrong. Set "
+        "model.pretrained_data_disjoint=True if its training data share no example with "
+        "this run's, or start from a model not trained on this data, or use dp.unit='example'."
+    ]
 
 
 def _other_deltas(run: RunConfig) -> tuple:

@@ -21,6 +21,12 @@ ASSUMED_PUBLIC = (
     "the validation and test splits, unless validation_is_private",
     "largest_group (k, pairs in the largest group the corpus names), when group_privacy is given",
 )
+# dp.unit="group": N and L count groups (the privacy_unit record names k and N_groups).
+ASSUMED_PUBLIC_GROUPS = (
+    "dataset_size (N = N_groups, groups of the training pairs kept after preprocessing: "
+    "q = L/N, σ and T derive from it), group_cap (k)",
+    *ASSUMED_PUBLIC[1:],
+)
 DP_SGD_EPSILON_IS_AT = "the planned T steps (steps_planned), fixed before training"
 
 
@@ -432,7 +438,7 @@ def privacy_report(
         expected_lot_size=plan.expected_lot_size,
         dataset_size=plan.dataset_size,
         sampling_rate=plan.sampling_rate,
-        assumed_public=ASSUMED_PUBLIC,
+        assumed_public=ASSUMED_PUBLIC_GROUPS if plan.unit == privacy.GROUP else ASSUMED_PUBLIC,
         steps_done=steps_done,
         steps_planned=plan.num_steps,
         dp_sgd_epsilon=sgd_epsilon,

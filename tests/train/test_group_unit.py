@@ -190,3 +190,35 @@ def test_group_unit_trains_and_results_json_reports_epsilon_per_group(tmp_path, 
     private = tmp_path / "run" / "private"
     states = [json.loads(p.read_text()) for p in private.rglob("*.json") if "sampler" in p.name]
     assert any(state.get("sampling_scheme") == "poisson_groups" for state in states)
+
+
+def test_group_report_names_n_groups_and_k_as_assumed_public():
+    plan = _group_plan(noise_multiplier=1.2)
+    public = privacy_report(plan, plan.num_steps, VOCAB).to_json()["assumed_public"]
+    assert public[0].startswith("dataset_size (N = N_groups") and "group_cap (k)" in public[0]
+
+
+def test_group_unit_refuses_a_pretrained_export_whose_per_pair_epsilon_composes(monkeypatch):
+    from dpnmt.training import preflight, pretrained_privacy
+    from dpnmt.training.privacy_report import PretrainedClaim
+
+    config = config_lib.make_config("eps5")
+    config.model.name_or_path = "/models/earlier-dp-export"
+    config.dp.unit, config.dp.group_cap = "group", 4
+    run = RunConfig.parse(config)
+
+    def claim(epsilon, composed=True):
+        return PretrainedClaim(True, composed, False, epsilon, 1e-8, "an export")
+
+    for epsilon, composed, refused in (
+        (3.0, True, True),
+        (3.0, False, False),  # Declared disjoint: not composed.
+        (float("inf"), True, False),  # Composes to ε = ∞: reported as no guarantee.
+    ):
+        monkeypatch.setattr(
+            pretrained_privacy, "pretrained_claim", lambda run, e=epsilon, c=composed: claim(e, c)
+        )
+        problems = preflight._group_pretrained_problems(run)  # noqa: SLF001
+        assert bool(problems) == refused
+        if refused:
+            assert "model.pretrained_data_disjoint=True" in problems[0]
