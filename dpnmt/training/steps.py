@@ -8,7 +8,9 @@ that global sum and divides by the fixed expected lot size L (`release`), then
 applies the optimizer to a `core.TrainState` (`apply_lot`). The state, the
 accumulator and the keys are replicated: the batch-axis sum makes XLA
 all-reduce across devices, and the noise drawn from the replicated key on the
-replicated sum is drawn once, never once per device (σC√D).
+replicated sum is drawn once, never once per device (σC√D). With
+`group_cap=k` (dp.unit="group") a micro-batch's rows are whole groups of k,
+each group's gradient clipped to C once, and L counts groups.
 """
 
 import dataclasses
