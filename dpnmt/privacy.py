@@ -12,6 +12,9 @@ from dpnmt import config_lib, core
 from dpnmt.errors import raise_problems
 
 POISSON, SHUFFLE = "poisson", "shuffle"
+# The privacy unit: one example (a sentence pair), or one group (a user, a case report).
+EXAMPLE, GROUP = "example", "group"
+UNITS = (EXAMPLE, GROUP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +41,13 @@ class PrivacyPlan:
       largest_group: k, pairs in the largest group (privacy unit: a case report,
         a dialogue, a user) the train split names (`dpnmt.data.groups`), before
         preprocessing; None when it names none. Assumed public, like N.
+      unit: "example" (the default) or "group" (user-level DP-SGD: groups are
+        Poisson-sampled and each group's summed gradient is clipped to C as one
+        contribution, `core.group_clipping`). For "group", `dataset_size` is
+        N_groups, `expected_lot_size` L_groups (groups per lot), q = L_groups /
+        N_groups, and every ε of the plan is per group.
+      group_cap: k, the most examples one sampled group adds to a lot ("group"
+        only; None otherwise).
     """
 
     private: bool
@@ -53,6 +63,13 @@ class PrivacyPlan:
     seed_is_secret: bool = True
     noise_mode: str = "float"
     largest_group: int | None = None
+    unit: str = EXAMPLE
+    group_cap: int | None = None
+
+    @property
+    def num_groups(self) -> int | None:
+        """N_groups for a group-level plan (None for an example-level one)."""
+        return self.dataset_size if self.unit == GROUP else None
 
     @property
     def sampling_rate(self) -> float:
@@ -66,6 +83,11 @@ class PrivacyPlan:
             return "none (non-private training)"
         if not self.seed_is_secret:
             return f"none ({config_lib.FIXED_SEED_NOTE}: the noise seed was fixed for a test)"
+        if self.sampling == POISSON and self.unit == GROUP:
+            return (
+                f"Poisson-sampled Gaussian over groups (user-level), "
+                f"{self.accountant.upper()} accountant"
+            )
         if self.sampling == POISSON:
             return f"Poisson-sampled Gaussian, {self.accountant.upper()} accountant"
         return (
@@ -99,6 +121,8 @@ class PrivacyPlan:
         """
         k = self.largest_group
         if k is None or not self.private or not self.seed_is_secret or steps_done == 0:
+            return None
+        if self.unit == GROUP:  # epsilon_after is already per group.
             return None
         if self.sampling == POISSON:
             return core.compute_group_epsilon(
@@ -134,6 +158,7 @@ def plan_privacy(
     *,
     seed_is_secret: bool = True,
     largest_group: int | None = None,
+    num_groups: int | None = None,
 ) -> PrivacyPlan:
     """Builds the plan: T from epochs, σ calibrated to the target ε or taken as given.
 
@@ -144,21 +169,33 @@ def plan_privacy(
       dataset_size: N.
       seed_is_secret: False for a fixed (test-only) noise seed: ε = ∞.
       largest_group: k of the train split's largest group (None: no groups).
+      num_groups: N_groups, groups in the train split; needed for
+        `dp_config.unit == "group"`, where it replaces N (`dataset_size`) and
+        `train.expected_lot_size` counts groups per lot (L_groups).
 
     Returns:
       The `PrivacyPlan`.
 
     Raises:
       ValueError: L > N, neither or both of target_epsilon / noise_multiplier,
-        an unreachable target, an unknown sampling.
+        an unreachable target, an unknown sampling or unit; for unit "group":
+        no groups, no cap k >= 1, or shuffled sampling.
     """
     lot_size, epochs = int(train_config.expected_lot_size), int(train_config.num_epochs)
+    unit = getattr(dp_config, "unit", EXAMPLE)
+    group_cap = None
+    if unit not in UNITS:
+        raise ValueError(f"dp.unit={unit!r} must be one of {UNITS}.")
+    if unit == GROUP:
+        group_cap = _check_group_unit(dp_config, num_groups)
+        dataset_size = num_groups
     if dataset_size < 1:
         raise ValueError("The training split is empty after preprocessing.")
     if not 1 <= lot_size < dataset_size:
+        what = "groups in the training split" if unit == GROUP else "training examples"
         raise ValueError(
             f"train.expected_lot_size={lot_size} must be in [1, N={dataset_size}) "
-            "(N: training examples after preprocessing); lower it."
+            f"(N: {what} after preprocessing); lower it."
         )
     if epochs < 1:
         raise ValueError(f"train.num_epochs={epochs} must be >= 1.")
@@ -216,20 +253,44 @@ def plan_privacy(
         seed_is_secret=seed_is_secret,
         noise_mode=getattr(dp_config, "noise_mode", "float"),
         largest_group=largest_group,
+        unit=unit,
+        group_cap=group_cap,
     )
 
 
-def size_problems(dp, train, dataset_size: int) -> list[str]:
+def _check_group_unit(dp_config, num_groups: int | None) -> int:
+    """The cap k of a group-level plan; ValueError naming the fix for what it lacks."""
+    if num_groups is None:
+        raise ValueError(
+            "dp.unit='group' needs a corpus whose pairs name their group (ClinSpEn's case "
+            "report, BSD's scenario, a `group` column in data.files): this one names none; "
+            "use dp.unit='example' or add the column."
+        )
+    cap = getattr(dp_config, "group_cap", None)
+    if cap is None or isinstance(cap, bool) or int(cap) != cap or cap < 1:
+        raise ValueError(
+            f"dp.group_cap={cap!r}: dp.unit='group' needs an int k >= 1, the most "
+            "examples one group adds to a lot (e.g. --config.dp.group_cap=8)."
+        )
+    if dp_config.sampling != POISSON:
+        raise ValueError(
+            f"dp.unit='group' needs dp.sampling='poisson', not {dp_config.sampling!r}."
+        )
+    return int(cap)
+
+
+def size_problems(dp, train, dataset_size: int, num_groups: int | None = None) -> list[str]:
     """Problems that need N: the lot size below N, a reachable target ε.
 
     Reachability is one accountant evaluation at the largest σ the calibration
-    tries (the run calibrates σ itself, once).
+    tries (the run calibrates σ itself, once). `num_groups`: N_groups, for
+    `dp.unit="group"` (None: the corpus names no groups).
     """
     calibrate = dp.enabled and dp.noise_multiplier is None and dp.target_epsilon is not None
     if calibrate:  # Stand-in σ: the plan's L, N, q and T do not depend on it.
         dp = dataclasses.replace(dp, noise_multiplier=1.0)
     try:
-        plan = plan_privacy(dp, train, dataset_size)
+        plan = plan_privacy(dp, train, dataset_size, num_groups=num_groups)
     except ValueError as error:
         return [str(error)]
     if not calibrate:
@@ -239,7 +300,7 @@ def size_problems(dp, train, dataset_size: int) -> list[str]:
     if reached > dp.target_epsilon:
         return [
             f"dp.target_epsilon={dp.target_epsilon:g} is unreachable: even σ={largest:g} gives "
-            f"ε={reached:.4g} (N={dataset_size}, q={plan.sampling_rate:.4g}, "
+            f"ε={reached:.4g} (N={plan.dataset_size}, q={plan.sampling_rate:.4g}, "
             f"T={plan.num_steps}, {plan.sampling}); raise dp.target_epsilon or dp.delta, or "
             "lower train.num_epochs."
         ]
@@ -252,7 +313,10 @@ def suggested_delta(dataset_size: int) -> float:
 
 
 def delta_problems(
-    dp, dataset_size: int, other_deltas: tuple[tuple[str, float], ...] = ()
+    dp,
+    dataset_size: int,
+    other_deltas: tuple[tuple[str, float], ...] = (),
+    counted: str = "training pairs",
 ) -> list[str]:
     """A private run's total δ at or above 1/N is refused unless `dp.allow_large_delta`.
 
@@ -264,6 +328,7 @@ def delta_problems(
       dp: `config.dp` (a `dpnmt.config.PrivacyConfig`).
       dataset_size: N.
       other_deltas: (what it is, δ) of each mechanism composed with DP-SGD.
+      counted: what N counts ("groups" for `dp.unit="group"`: N = N_groups).
     """
     if not dp.enabled or dp.allow_large_delta or not isinstance(dp.delta, (int, float)):
         return []
@@ -276,8 +341,8 @@ def delta_problems(
         return []
     parts_text = parts[0] if len(parts) == 1 else f"{' + '.join(parts)}: total δ={total:g}"
     return [
-        f"{parts_text} is at least 1/N = {1 / dataset_size:.3g} (N={dataset_size} training "
-        "pairs after preprocessing): such a δ allows publishing a random training example "
+        f"{parts_text} is at least 1/N = {1 / dataset_size:.3g} (N={dataset_size} {counted} "
+        "after preprocessing): such a δ allows publishing a random training example "
         f"in full. Use e.g. dp.delta={suggested_delta(dataset_size):g} (1/(10N) rounded "
         "down to a power of ten), or set dp.allow_large_delta=True to accept it."
     ]

@@ -83,7 +83,12 @@ def train(steps: int = 30, epsilon: float = 2.0, num_train: int = 4096, lot_size
         empty = core.init_accumulator(nnx.state(model, nnx.Param))
         acc, _ = jax.lax.scan(add, empty, (lot.indices, lot.mask))
         key = core.noise_key_for_step(noise_key, t)
-        optimizer.update(model, core.noisy_average(acc, key, sigma, CLIP, lot_size))
+        optimizer.update(
+            model,
+            core.noisy_average(
+                acc, key, l2_clip=CLIP, noise_multiplier=sigma, expected_lot_size=lot_size
+            ),
+        )
 
     def held_out_loss():
         return float(jnp.mean(jax.vmap(lambda ids: loss_fn(model, ids))(held_out)))

@@ -9,6 +9,8 @@ split, shard and prefetch. With `IndexOnly` lots, each process fetches only the
 rows its devices hold (`shard_fetched_microbatch`); over `TokenizedOnDemand`
 it also tokenizes only those rows. `LengthBuckets` (optional) group a lot's
 rows by length and crop each micro-batch to the smallest static shape that fits.
+`PoissonGroupLots` (dp.unit="group") samples whole groups instead: `GroupLot`s,
+cut by `to_group_microbatches` into micro-batches of whole groups of k rows.
 """
 
 from dpnmt.bridge.buckets import (
@@ -17,6 +19,12 @@ from dpnmt.bridge.buckets import (
     resolve_length_buckets,
 )
 from dpnmt.bridge.dataset import TokenizedExamples, TokenizedOnDemand
+from dpnmt.bridge.group_lots import (
+    GroupLot,
+    PoissonGroupLots,
+    group_microbatch_rows,
+    to_group_microbatches,
+)
 from dpnmt.bridge.lots import (
     Lot,
     LotCollator,
@@ -44,12 +52,14 @@ __all__ = [
     "EXAMPLE_INDEX",
     "MASK",
     "PADDING_INDEX",
+    "GroupLot",
     "IndexOnly",
     "Lot",
     "LengthBuckets",
     "padding_microbatches",
     "LotCollator",
     "LotSource",
+    "PoissonGroupLots",
     "PoissonLots",
     "Prefetcher",
     "ShuffledLots",
@@ -58,12 +68,14 @@ __all__ = [
     "batch_sharding",
     "check_physical_batch_size",
     "device_lots",
+    "group_microbatch_rows",
     "lot_sampling_rate",
     "make_data_mesh",
     "replicated_sharding",
     "resolve_length_buckets",
     "shard_fetched_microbatch",
     "shard_microbatch",
+    "to_group_microbatches",
     "to_microbatches",
     "validate_sampling_rate",
 ]

@@ -9,6 +9,7 @@ from jax.sharding import Mesh
 
 from dpnmt.bridge.buckets import LengthBuckets, crop_to_shape
 from dpnmt.bridge.dataset import INPUT_LENGTH, LABEL_LENGTH
+from dpnmt.bridge.group_lots import GroupLot, to_group_microbatches
 from dpnmt.bridge.lots import Lot
 from dpnmt.bridge.microbatch import to_microbatches
 from dpnmt.bridge.prefetch import Prefetcher
@@ -39,9 +40,11 @@ def device_lots(
     shapes a lot uses depends on its rows: never log or publish them.
 
     Args:
-      source: a lot source (`PoissonLots`, `ShuffledLots`).
+      source: a lot source (`PoissonLots`, `ShuffledLots`, or `PoissonGroupLots`,
+        whose `GroupLot`s need `rows_from` and no `length_buckets`).
       mesh: the data mesh.
-      physical_batch_size: b, rows per micro-batch; a multiple of the devices.
+      physical_batch_size: b, rows per micro-batch; a multiple of the devices
+        (for group lots also of k: `group_microbatch_rows`).
       pad_values: fill values of padding rows (`TokenizedExamples.pad_values`).
       depth: lots kept ready ahead, >= 1.
       rows_from: None if `source`'s lots carry their fields; else the dataset
@@ -66,7 +69,17 @@ def device_lots(
             "cannot give (per-lot tokenization); pass length_buckets=None."
         )
 
-    def to_device(lot: Lot) -> list[dict[str, jax.Array]]:
+    def to_device(lot: Lot | GroupLot) -> list[dict[str, jax.Array]]:
+        if isinstance(lot, GroupLot):  # Whole groups per micro-batch, at the max lengths.
+            if rows_from is None or length_buckets is not None:
+                raise ValueError(
+                    "group lots need rows_from (the dataset to fetch rows from) and no "
+                    "length buckets."
+                )
+            return [
+                shard_fetched_microbatch(micro, mesh, rows_from, pad_values)
+                for micro in to_group_microbatches(lot, physical_batch_size)
+            ]
         shapes = None
         if length_buckets is not None:
             if rows_from is not None:

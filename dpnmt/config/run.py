@@ -120,7 +120,38 @@ class RunConfig:
         for field in dataclasses.fields(self):
             if _section_type(field.name) is not None:
                 problems += getattr(self, field.name).problems()
-        return problems + self._tokenizer_problems() + self.noise_seed_problems()
+        return (
+            problems
+            + self._tokenizer_problems()
+            + self.noise_seed_problems()
+            + self._group_unit_problems()
+        )
+
+    def _group_unit_problems(self) -> list[str]:
+        """`dp.unit="group"` with a per-pair DP vocabulary, or explicit length buckets."""
+        if self.dp.unit != "group":
+            return []
+        problems = []
+        try:
+            kind = self.tokenizer_kind
+        except ConfigError:
+            kind = None  # Named by the tokenizer problems.
+        if kind == "dp_sentencepiece":
+            problems.append(
+                "dp.unit='group' with tokenizer.kind='dp_sentencepiece': DP-SentencePiece's ε "
+                "is per sentence pair, and a group adds all its pairs to the vocabulary's "
+                "counts, so the run's total ε per group would not be the one reported. Use a "
+                "public vocabulary: tokenizer.kind='pretrained' (a pretrained model) or "
+                "'sentencepiece_public' with tokenizer.public_corpora."
+            )
+        buckets = str(self.data.length_buckets).strip().lower()
+        if buckets not in ("auto", "none", ""):
+            problems.append(
+                f"data.length_buckets={self.data.length_buckets!r} with dp.unit='group': "
+                "micro-batches hold whole groups at the max lengths; set "
+                "data.length_buckets='auto' or 'none'."
+            )
+        return problems
 
     def noise_seed_problems(self) -> list[str]:
         """A fixed `noise_seed` in a private run, unless the test-only switch is on.

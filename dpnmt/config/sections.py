@@ -36,6 +36,7 @@ Accountant = Literal["pld", "rdp"]  # core.accounting.Accountant (tested).
 Sampling = Literal["poisson", "shuffle"]  # dpnmt.privacy.POISSON, SHUFFLE.
 Clipping = Literal["ghost", "vmap"]  # core.private_grad.CLIPPING_METHODS (tested).
 NoiseMode = Literal["float", "secure"]  # core.noise.NOISE_MODES (tested).
+Unit = Literal["example", "group"]  # dpnmt.privacy.UNITS (tested).
 Optimizer = Literal["sgd", "adam", "adamw", "adafactor"]
 Decay = Literal["constant", "linear", "cosine"]
 
@@ -259,6 +260,8 @@ class PrivacyConfig(Section):
     clipping: Clipping = "ghost"
     clipping_chunk: int = 0
     noise_mode: NoiseMode = "float"
+    unit: Unit = "example"
+    group_cap: int | None = None
 
     @property
     def calibrates_noise(self) -> bool:
@@ -270,6 +273,7 @@ class PrivacyConfig(Section):
         problems = self.choice_problems() + self.ranges(
             (("clipping_chunk", at_least(0), ">= 0 (0: the whole micro-batch at once)"),)
         )
+        problems += self.unit_problems()
         if not self.enabled:
             return problems  # A non-private run has no clipping or noise.
         problems += self.ranges(
@@ -289,6 +293,29 @@ class PrivacyConfig(Section):
             problems.append(
                 "A private run needs dp.target_epsilon (σ is calibrated) or dp.noise_multiplier "
                 "(ε is reported); set one, or use the :nonprivate variant."
+            )
+        return problems
+
+    def unit_problems(self) -> list[str]:
+        """`dp.unit="group"`: a cap k >= 1, Poisson sampling, no clipping chunks."""
+        if self.unit != "group":
+            return []
+        problems = []
+        if self.group_cap is None or isinstance(self.group_cap, bool) or self.group_cap < 1:
+            problems.append(
+                f"dp.group_cap={self.group_cap!r}: dp.unit='group' needs dp.group_cap = k >= 1, "
+                "the most examples one group adds to a lot (e.g. --config.dp.group_cap=8)."
+            )
+        if self.sampling != "poisson":
+            problems.append(
+                f"dp.unit='group' needs dp.sampling='poisson' (groups are Poisson-sampled), "
+                f"not {self.sampling!r}."
+            )
+        if self.clipping_chunk:
+            problems.append(
+                f"dp.clipping_chunk={self.clipping_chunk} is not supported with dp.unit='group' "
+                "(each micro-batch clips whole groups at once): set dp.clipping_chunk=0 and "
+                "lower train.physical_batch_size to save memory."
             )
         return problems
 

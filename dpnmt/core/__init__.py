@@ -40,6 +40,7 @@ from dpnmt.core.clipping import clip_and_sum, count_nonfinite, per_example_l2_no
 from dpnmt.core.deprecation import ArgumentDeprecationWarning
 from dpnmt.core.dp_step import TrainState, dropout_key, init_train_state
 from dpnmt.core.group_accounting import compute_group_epsilon, compute_group_epsilon_shuffled
+from dpnmt.core.group_clipping import group_clipped_sum
 from dpnmt.core.lot_gradient import private_lot_gradient
 from dpnmt.core.noise import add_gaussian_noise, fresh_seed, key_from_seed, noise_key_for_step
 from dpnmt.core.private_grad import PrivateGradSum, from_batched_loss, private_grad_sum
@@ -81,6 +82,7 @@ __all__ = [
     "epsilon_if_poisson_not_a_guarantee",
     "fresh_seed",
     "from_batched_loss",
+    "group_clipped_sum",
     "init_accumulator",
     "init_train_state",
     "key_from_seed",

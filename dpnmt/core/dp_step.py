@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpnmt.core import accumulation, clipping, deprecation, noise, private_grad
+from dpnmt.core import accumulation, clipping, deprecation, group_clipping, noise, private_grad
 
 # The lot's running clipped sum and real-example count: PRIVATE until `release`.
 LotState = accumulation.AccumulatorState
@@ -133,6 +133,53 @@ def add_microbatch(
         microbatch_size=microbatch_size,
     )
     real = jnp.sum(jnp.asarray(mask) != 0).astype(jnp.int32)
+    return accumulation.accumulate(lot, grad_sum, real), mean_loss * real
+
+
+def add_group_microbatch(
+    lot: LotState,
+    loss_fn: Callable[..., chex.Array],
+    params: chex.ArrayTree,
+    batch: Any,
+    row_mask: chex.Array,
+    *,
+    l2_clip: float,
+    dropout_key: chex.PRNGKey | None = None,
+    clipping: str = "ghost",
+) -> tuple[LotState, chex.Array]:
+    """Adds one micro-batch of whole groups, each group's gradient clipped to C once.
+
+    The group-level ("user-level") form of `add_microbatch`: the lot's sum
+    gains `Σ_g clip_C(Σ_j row_mask[g, j] ∇ℓ(batch[g, j]))`
+    (`group_clipping.group_clipped_sum`), so removing one whole group moves
+    it by at most C; `release` then noises it once and divides by the fixed
+    expected number of groups per lot, L_groups.
+
+    Args:
+      lot: the lot so far (`init`).
+      loss_fn: `loss_fn(params, row[, key]) -> scalar` for ONE row.
+      params: the trainable parameters.
+      batch: pytree, every leaf `[G, k, ...]`: G groups of k rows.
+      row_mask: `[G, k]` 0/1; unused slots and padding groups add exactly zero.
+      l2_clip: C > 0, concrete.
+      dropout_key: this micro-batch's dropout key (`dropout_key`), or None.
+      clipping: "ghost" (default) or "vmap".
+
+    Returns:
+      `(lot, loss_sum)`: the lot with the groups added (its count grows by
+      the real rows), and the float32 loss sum of the kept groups' rows. Both
+      PRIVATE.
+    """
+    grad_sum, _, mean_loss = group_clipping.group_clipped_sum(
+        loss_fn,
+        params,
+        batch,
+        row_mask,
+        l2_clip=l2_clip,
+        dropout_key=dropout_key,
+        clipping=clipping,
+    )
+    real = jnp.sum(jnp.asarray(row_mask) != 0).astype(jnp.int32)
     return accumulation.accumulate(lot, grad_sum, real), mean_loss * real
 
 

@@ -6,7 +6,7 @@ The rules the data section alone can check are `dpnmt.config.DataConfig.problems
 import os
 
 from dpnmt.config import DataConfig, PrivacyConfig
-from dpnmt.data import corpora, dp_sentencepiece, languages, preprocess
+from dpnmt.data import corpora, dp_sentencepiece, groups, languages, preprocess
 from dpnmt.errors import InputError
 
 # A learnt SentencePiece here has pad, eos and unk, 256 byte pieces (byte
@@ -30,6 +30,30 @@ def kept_pairs(train, pair: str) -> int:
         source_empty, target_empty = preprocess.empty_sides(sources, targets)
         kept += sum(not (s or t) for s, t in zip(source_empty, target_empty, strict=True))
     return kept
+
+
+def kept_groups(train, pair: str) -> list | None:
+    """The group label of each train pair `preprocess` keeps, in order (None: no groups).
+
+    Row i is the group of kept pair i, the example i of the training set
+    (tokenized up front or per lot), so lots of groups index the examples.
+    """
+    if groups.GROUP_COLUMN not in train.column_names:
+        return None
+    direction = languages.parse_pair(pair)
+    labels = []
+    for batch in train.iter(batch_size=10_000):
+        sources = [t[direction.source] for t in batch["translation"]]
+        targets = [t[direction.target] for t in batch["translation"]]
+        source_empty, target_empty = preprocess.empty_sides(sources, targets)
+        labels += [
+            label
+            for label, s, t in zip(
+                batch[groups.GROUP_COLUMN], source_empty, target_empty, strict=True
+            )
+            if not (s or t)
+        ]
+    return labels
 
 
 def corpus_identity(registry_name: str) -> str:

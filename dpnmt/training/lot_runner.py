@@ -73,6 +73,26 @@ class LotRunner:
           `bridge.device_lots`' prefetcher (`next`, `state_dict`, `close`).
         """
         run = self._run
+        group_cap = run.privacy.plan.group_cap
+        if group_cap is not None:
+            # dp.unit="group": micro-batches of whole groups, k rows each, at the max
+            # lengths (length buckets would split a group; config refuses explicit ones).
+            rows = bridge.group_microbatch_rows(
+                train.physical_batch_size, group_cap, run.step.mesh.shape[bridge.DATA_AXIS]
+            )
+            logging.info(
+                "Group micro-batches: %d groups of k=%d rows (%d rows; no length buckets).",
+                rows // group_cap,
+                group_cap,
+                rows,
+            )
+            return bridge.device_lots(
+                run.step.lots,
+                run.step.mesh,
+                rows,
+                pad_values=run.data.train_examples.pad_values,
+                rows_from=run.data.train_examples,
+            )
         buckets = bridge.resolve_length_buckets(
             data.length_buckets,
             data.max_source_length,

@@ -117,15 +117,41 @@ def check_run(
     if corpus_transform is not None:
         corpus = corpus_transform(corpus)
     dataset_size = data_checks.kept_pairs(corpus["train"], run.data.pair)
-    problems = privacy.size_problems(run.dp, run.train, dataset_size)
+    num_groups, counted = None, "training pairs"
+    if run.dp.unit == privacy.GROUP:  # N is N_groups; δ below 1/N_groups.
+        labels = data_checks.kept_groups(corpus["train"], run.data.pair)
+        num_groups = None if labels is None else len(set(labels))
+        counted = "groups"
+    problems = privacy.size_problems(run.dp, run.train, dataset_size, num_groups)
     if not problems:  # The plan is sound: its δ against N.
-        problems = privacy.delta_problems(run.dp, dataset_size, _other_deltas(run))
+        problems = privacy.delta_problems(
+            run.dp, num_groups or dataset_size, _other_deltas(run), counted
+        )
     problems += data_checks.vocabulary_problems(run, corpus["train"], dataset_size)
+    problems += _group_pretrained_problems(run)
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
     health.log_warnings([data_checks.small_corpus_note(run, dataset_size)])
+
+
+def _group_pretrained_problems(run: RunConfig) -> list[str]:
+    """dp.unit=group from a dpnmt export whose per-pair ε would compose into the total."""
+    if run.dp.unit != privacy.GROUP or not run.dp.enabled:
+        return []
+    claim = pretrained_privacy.pretrained_claim(run)
+    if claim is None or not claim.composed or not claim.epsilon:  # None, 0: nothing added.
+        return []
+    if claim.epsilon == float("inf"):  # Composes to ε = ∞: reported as no guarantee.
+        return []
+    return [
+        f"dp.unit='group' starting from model.name_or_path={run.model.name_or_path!r}, a "
+        f"dpnmt export whose own ε={claim.epsilon:.3g} composes into this run's total: that "
+        "ε is not per group of this run, so the total per group would be wrong. Set "
+        "model.pretrained_data_disjoint=True if its training data share no example with "
+        "this run's, or start from a model not trained on this data, or use dp.unit='example'."
+    ]
 
 
 def _other_deltas(run: RunConfig) -> tuple:

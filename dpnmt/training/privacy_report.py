@@ -14,13 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpnmt import config_lib, privacy
-
-ASSUMED_PUBLIC = (
-    "dataset_size (N, training examples after preprocessing: q = L/N, σ and T derive from it)",
-    "expected_lot_size (L), noise_multiplier (σ), l2_clip (C), steps_planned (T), the config",
-    "the validation and test splits, unless validation_is_private",
-    "largest_group (k, pairs in the largest group the corpus names), when group_privacy is given",
+from dpnmt.training.group_claims import (  # noqa: F401 - ASSUMED_PUBLIC re-exported
+    ASSUMED_PUBLIC,
+    GroupClaim,
+    UnitClaim,
+    assumed_public,
+    group_claim,
+    unit_claim,
 )
+
 DP_SGD_EPSILON_IS_AT = "the planned T steps (steps_planned), fixed before training"
 
 
@@ -86,40 +88,6 @@ class PretrainedClaim:
 
 
 @dataclasses.dataclass(frozen=True)
-class GroupClaim:
-    """What a per-pair guarantee means for the largest group the corpus names (group privacy).
-
-    Attributes:
-      unit: the run's privacy unit ("pair": one sentence pair).
-      largest_group: k, pairs in the largest group (assumed public, like N).
-      dp_sgd_epsilon: DP-SGD's ε for such a group as a whole at the planned T,
-        at dp_sgd_delta (`PrivacyPlan.group_epsilon_after`).
-      note: the statement in words.
-    """
-
-    unit: str
-    largest_group: int
-    dp_sgd_epsilon: float
-    note: str
-
-
-def group_claim(plan: privacy.PrivacyPlan, steps: int) -> GroupClaim | None:
-    """The group statement of a per-pair run over a corpus with groups (None otherwise)."""
-    epsilon = plan.group_epsilon_after(steps)
-    if epsilon is None:
-        return None
-    k = plan.largest_group
-    note = (
-        f"The guarantee protects one sentence pair. A group of {k} pairs (the largest "
-        "group in the training data: one case report, dialogue or user) is protected as a "
-        f"whole only with DP-SGD ε = {epsilon:.3g} at δ = {plan.delta:g} at the planned T "
-        "steps (group privacy; the vocabulary's share for a group is not included). "
-        "Assumes k is public, like N."
-    )
-    return GroupClaim(unit="pair", largest_group=k, dp_sgd_epsilon=epsilon, note=note)
-
-
-@dataclasses.dataclass(frozen=True)
 class PrivacyReport:
     """The run's claim: DP-SGD's (ε, δ) at the planned T, composed with the vocabulary's.
 
@@ -158,6 +126,7 @@ class PrivacyReport:
     epsilon_if_seed_were_secret_NOT_A_GUARANTEE: float | None = None
     noise_mode: str = "float"
     group_privacy: GroupClaim | None = None
+    privacy_unit: UnitClaim | None = None
 
     # results.json's key order (a published format).
     _ORDER = (
@@ -187,9 +156,11 @@ class PrivacyReport:
         "total_delta",
         "composition",
         "group_privacy",
+        "privacy_unit",
     )
     _OPTIONAL = (
         "group_privacy",
+        "privacy_unit",
         "total_delta",
         "pretrained",
         "epsilon_at_realised_stop_NOT_A_GUARANTEE",
@@ -211,7 +182,7 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key in ("vocabulary", "group_privacy"):
+            if key in ("vocabulary", "group_privacy", "privacy_unit"):
                 value = dataclasses.asdict(value)
             elif key == "pretrained":
                 value = value.to_json()
@@ -233,6 +204,11 @@ class PrivacyReport:
             if isinstance(group.get("dp_sgd_epsilon"), str):  # write_json stores inf as "inf".
                 group["dp_sgd_epsilon"] = float(group["dp_sgd_epsilon"])
             values["group_privacy"] = GroupClaim(**group)
+        if data.get("privacy_unit") is not None:
+            unit = dict(data["privacy_unit"])
+            if isinstance(unit.get("epsilon_per_group"), str):  # write_json stores inf as "inf".
+                unit["epsilon_per_group"] = float(unit["epsilon_per_group"])
+            values["privacy_unit"] = UnitClaim(**unit)
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -244,6 +220,11 @@ def adjacency(plan: privacy.PrivacyPlan) -> str:
     """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
     if not plan.private:
         return "none (no guarantee)"
+    if plan.sampling == privacy.POISSON and plan.unit == privacy.GROUP:
+        return (
+            "add/remove one whole group of training examples (Poisson-sampled Gaussian over "
+            "groups; a sampled group adds at most group_cap of its examples)"
+        )
     if plan.sampling == privacy.POISSON:
         return "add/remove one training example (Poisson-sampled Gaussian)"
     return (
@@ -325,6 +306,8 @@ def privacy_report(
         optional["epsilon_if_poisson_NOT_A_GUARANTEE"] = poisson_figure
     if (group := group_claim(plan, plan.num_steps)) is not None:
         optional["group_privacy"] = group
+    if (unit := unit_claim(plan)) is not None:
+        optional["privacy_unit"] = unit
     if plan.private and not plan.seed_is_secret:
         # What the run would claim with a secret seed: for tests to check the accounting.
         as_if_secret = dataclasses.replace(plan, seed_is_secret=True)
@@ -361,7 +344,7 @@ def privacy_report(
         expected_lot_size=plan.expected_lot_size,
         dataset_size=plan.dataset_size,
         sampling_rate=plan.sampling_rate,
-        assumed_public=ASSUMED_PUBLIC,
+        assumed_public=assumed_public(plan),
         steps_done=steps_done,
         steps_planned=plan.num_steps,
         dp_sgd_epsilon=sgd_epsilon,

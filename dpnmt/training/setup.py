@@ -19,6 +19,7 @@ import jax
 
 from dpnmt import bridge, config_lib, core, distributed, privacy
 from dpnmt.config import RunConfig
+from dpnmt.data import checks as data_checks
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
@@ -214,12 +215,18 @@ def build_run(
 
     # 6. Privacy plan: σ, q = L/N and T, read by the sampler, the step and the accountant.
     with timer.phase("start-up: privacy plan"):
+        train_groups = None  # dp.unit="group": each train example's group, in order.
+        if run.dp.unit == privacy.GROUP:
+            train_groups = data_checks.kept_groups(corpus["train"], run.data.pair)
+            if train_groups is not None and len(train_groups) != len(train_examples):
+                raise RuntimeError("the kept pairs' groups do not line up with the examples.")
         plan = privacy.plan_privacy(
             run.dp,
             run.train,
             len(train_examples),
             seed_is_secret=not run.fixed_noise_seed,
             largest_group=pieces.largest_group(corpus),
+            num_groups=None if train_groups is None else len(set(train_groups)),
         )
     if not plan.seed_is_secret and plan.private:
         logging.warning(
@@ -272,6 +279,7 @@ def build_run(
         mesh,
         clipping=run.dp.clipping,
         clipping_chunk=run.dp.clipping_chunk,
+        group_cap=plan.group_cap,
     )
 
     # 9. Lot sampler. Lot membership must be secret for Poisson amplification:
@@ -281,7 +289,15 @@ def build_run(
     # The samplers take every bit of the 128-bit derived seed (numpy PCG64).
     sampler_seed = derived_seed(noise_seed, "sampler")
     lot_indices = bridge.IndexOnly(train_examples)
-    if plan.sampling == privacy.POISSON:
+    if plan.unit == privacy.GROUP:  # Whole groups, q = L_groups / N_groups from the plan.
+        lots = bridge.PoissonGroupLots(
+            train_groups,
+            plan.expected_lot_size,
+            plan.group_cap,
+            seed=None if run.dp.secure_rng else sampler_seed,
+            secure_rng=run.dp.secure_rng,
+        )
+    elif plan.sampling == privacy.POISSON:
         lots = bridge.PoissonLots(
             lot_indices,
             plan.expected_lot_size,

@@ -8,7 +8,9 @@ that global sum and divides by the fixed expected lot size L (`release`), then
 applies the optimizer to a `core.TrainState` (`apply_lot`). The state, the
 accumulator and the keys are replicated: the batch-axis sum makes XLA
 all-reduce across devices, and the noise drawn from the replicated key on the
-replicated sum is drawn once, never once per device (σC√D).
+replicated sum is drawn once, never once per device (σC√D). With
+`group_cap=k` (dp.unit="group") a micro-batch's rows are whole groups of k,
+each group's gradient clipped to C once, and L counts groups.
 """
 
 import dataclasses
@@ -181,6 +183,7 @@ def make_lot_step(
     *,
     clipping: str = "ghost",
     clipping_chunk: int = 0,
+    group_cap: int | None = None,
 ) -> LotStep:
     """Builds the jitted lot step with explicit shardings on `mesh`.
 
@@ -194,6 +197,11 @@ def make_lot_step(
         everything else replicated.
       clipping: "ghost" | "vmap" (`core.private_grad_sum`); cost, not result.
       clipping_chunk: rows per sequential clipping chunk (0: all at once).
+      group_cap: None for example-level DP. k for group-level DP
+        (`dp.unit="group"`): each micro-batch's b rows are b / k whole groups
+        of k rows (`bridge.to_group_microbatches`), and each group's gradient
+        is clipped to C as one contribution (`core.dp_step.add_group_microbatch`);
+        `privacy.expected_lot_size` is then L_groups.
 
     Returns:
       A `LotStep`; each piece compiles once per micro-batch shape.
@@ -206,6 +214,22 @@ def make_lot_step(
         def one_loss(params, example, example_key):
             return loss_fn(models.merge_params(params, frozen), example, example_key)
 
+        if privacy.private and group_cap is not None:
+            groups = mask.shape[0] // group_cap  # Whole groups: bridge.to_group_microbatches.
+
+            def regroup(values):
+                return values.reshape((groups, group_cap, *values.shape[1:]))
+
+            return core.dp_step.add_group_microbatch(
+                acc,
+                one_loss,
+                trainable,
+                jax.tree.map(regroup, batch),
+                regroup(mask),
+                l2_clip=privacy.l2_clip,
+                dropout_key=key,
+                clipping=clipping,
+            )
         if privacy.private:
             return core.dp_step.add_microbatch(
                 acc,

@@ -28,6 +28,7 @@ def test_literal_choices_are_the_owners_values():
     assert set(dp["clipping"]) == set(core.private_grad.CLIPPING_METHODS)
     assert set(dp["noise_mode"]) == set(core.noise.NOISE_MODES)
     assert set(dp["sampling"]) == {privacy.POISSON, privacy.SHUFFLE}
+    assert set(dp["unit"]) == set(privacy.UNITS)
 
 
 def test_parse_raises_every_problem_at_once_with_the_closest_field():

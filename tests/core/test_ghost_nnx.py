@@ -95,7 +95,11 @@ def assert_matches(loss_fn, model, batch, mask, l2_clip, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ghost.GhostClippingWarning)
         result = run(loss_fn, model, batch, mask, l2_clip, **kwargs)
-    keys = None if "dropout_key" not in kwargs else jax.random.split(kwargs["dropout_key"], mask.shape[0])
+    keys = (
+        None
+        if "dropout_key" not in kwargs
+        else jax.random.split(kwargs["dropout_key"], mask.shape[0])
+    )
     grads, norms = per_example(loss_fn, model, batch, keys)
     assert_close(result.grad_sum, result.norms, clipped_sum(grads, norms, mask, l2_clip), norms)
     return result
