@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 # The recognised module calls.
-DENSE, LOOKUP, ATTEND = "dense", "lookup", "attend"
+DENSE, CONV, LOOKUP, ATTEND = "dense", "conv", "lookup", "attend"
 
 
 # Full float32 for the norms and the clipped sum: on GPUs the default float32
@@ -37,12 +37,16 @@ class Use:
     y: chex.Array  # [B, T, m]; for "direct" the per-example gradient [B, *shape]
 
 
-def uses_of(kind: str, name: str, captured, grad, batch: int, shape) -> Use:
-    """The use of leaf role `name` in one recognised call of `kind` (per-example `Xᵀ Y`)."""
-    g = grad.astype(jnp.float32).reshape(batch, -1, grad.shape[-1])
-    if kind == DENSE and name == "bias":
+def uses_of(kind: str, name: str, captured, grad, batch: int, shape, width: int) -> Use:
+    """The use of leaf role `name` in one recognised call of `kind` (per-example `Xᵀ Y`).
+
+    Dense and conv calls arrive as rows: `captured [B, T, n]` (the inputs, or the
+    patches of a convolution) and `grad [B, ...]`, read as `[B, T, width]`.
+    """
+    g = grad.astype(jnp.float32).reshape(batch, -1, width)
+    if kind in (DENSE, CONV) and name == "bias":
         return Use("direct", None, jnp.sum(g, axis=1))
-    if kind == DENSE:
+    if kind in (DENSE, CONV):
         x = captured.astype(jnp.float32)
         return Use("factor", x.reshape(batch, -1, x.shape[-1]), g)
     if kind == LOOKUP:
