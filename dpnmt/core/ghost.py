@@ -4,21 +4,37 @@ Each example's gradient norm is assembled layer by layer from what one forward
 and one backward pass already compute, without materialising B copies of the
 gradient (Li et al. 2022, "ghost clipping"; Bu et al. 2023, "book-keeping"):
 
-- `nn.Dense` kernel: per-example gradient `A_bᵀ G_b` (inputs `A_b [T, d_in]`,
-  output gradients `G_b [T, d_out]`); squared norm either
+- `nn.Dense` and `nn.DenseGeneral` kernels (any `axis` and `features` tuples;
+  no `batch_dims`, no custom `dot_general`; flax's `MultiHeadDotProductAttention`
+  projects with them): per-example gradient `A_bᵀ G_b`, the input rows
+  `A_b [T, d_in]` (contracted axes flattened, T all other axes) and output
+  gradient rows `G_b [T, d_out]` (features flattened); squared norm either
   `Σ_{t,s} (A_t·A_s)(G_t·G_s)` (cost `T²(d_in+d_out)`) or the materialised
-  `[d_in, d_out]` gradient, whichever is cheaper for the static shapes.
-  Bias: `Σ_t G_t`.
+  `[d_in, d_out]` gradient, whichever is cheaper for the static shapes; the
+  clipped sum is reshaped to the kernel. Bias: `Σ_t G_t`.
+- `nn.Einsum` when it is a DenseGeneral: kernel axes = contracted input axes,
+  then features, output = the input's other axes, then the features, in order
+  (`"btd,dhk->bthk"`, `"...hk,hkf->...f"`). Other equations fall back.
+- `nn.Conv` (any rank, 1-D and 2-D tested; any strides, padding, input or
+  kernel dilation; `feature_group_count=1`, no `mask`, no custom conv), by the
+  unfold (im2col) view: `A_b` is the patches `[T_out, window·C_in]`
+  (`jax.lax.conv_general_dilated_patches`, reordered to the kernel's
+  `[*window, C_in, C_out]` layout), then as for Dense. Bias: `Σ_t G_t`.
+- Subclasses of these modules that keep the base class's `__call__` (and, for
+  `nn.Embed`, `setup` and `attend`; for `nn.Conv`, `shared_weights`) are
+  recognised too; ones that override it fall back (the rules recompute the
+  base call, not the override).
 - `nn.Embed` lookups: `onehot(ids)ᵀ G` (the gram of the one-hot rows is
   `[id_t == id_s]`); `nn.Embed.attend` (tied LM heads): `G_logitsᵀ query`.
 - A parameter used several times (tied embeddings, shared encoder/decoder
   tables) has the SUM of its uses as per-example gradient; its norm includes
   the cross terms between uses, exactly.
-- Every other trainable parameter (layer-norm scales and biases, custom
-  modules, any parameter also read outside a recognised call) gets ordinary
-  per-example gradients from the same backward pass ("fallback"). For vectors
-  (norm scales) that is also the cheapest exact method; parameters with two or
-  more axes are named once in a warning, since they cost B copies.
+- Every other trainable parameter (`nn.LayerNorm`/`nn.RMSNorm` scales and
+  biases, custom modules, any parameter also read outside a recognised call)
+  gets ordinary per-example gradients from the same backward pass
+  ("fallback"). For vectors (norm scales and biases) that is also the cheapest
+  exact method and passes silently; parameters with two or more axes are named
+  once in a warning, since they cost B copies.
 
 The output gradients `G` come from one `vmap`-ed backward pass with respect to
 zero "perturbations" added to each recognised call's output, so the weights'
@@ -405,8 +421,9 @@ def _warn_fallback(names: Sequence[str]) -> None:
         _warned.add(key)
         warnings.warn(
             f"ghost clipping: per-example gradients (B copies) for {len(names)} parameter(s) "
-            f"with two or more axes that it cannot factorise (not used only through nn.Dense "
-            f"or nn.Embed calls): {', '.join(names)}",
+            "with two or more axes that it cannot factorise (not used only through nn.Dense, "
+            "nn.DenseGeneral, dense-like nn.Einsum, nn.Conv (feature_group_count=1) or "
+            f"nn.Embed calls whose class keeps flax's __call__): {', '.join(names)}",
             GhostClippingWarning,
             stacklevel=4,
         )

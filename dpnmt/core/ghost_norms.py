@@ -1,8 +1,9 @@
 """Per-layer norm rules of book-keeping ("ghost") clipping: see `dpnmt.core.ghost`.
 
 For one trainable leaf, the per-example gradient is a sum of uses `X_bᵀ Y_b`
-(a dense kernel, an embedding lookup or an `attend`) or a direct `[B, *shape]`
-gradient. This module gives, per leaf: the uses (`uses_of`), the static choice
+(a dense or conv kernel, as rows: the kernel's gradient is `[n, m]`, reshaped
+to its own shape by the caller; an embedding lookup or an `attend`) or a direct
+`[B, *shape]` gradient. This module gives, per leaf: the uses (`uses_of`), the static choice
 between the ghost norm and materialising (`prefer_ghost`), the ghost squared norm
 with its float32 error bound (`ghost_squared_norm`), the materialised gradients
 (`materialise`) and the weighted clipped sum (`weighted_sum`).
