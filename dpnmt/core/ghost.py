@@ -45,7 +45,8 @@ while `loss_fn` runs: parameters are matched by identity, so `loss_fn` must
 hand the trainable leaves to `module.apply` unchanged (merging them with frozen
 ones is fine; casting them is not, and only makes them fall back).
 
-This module finds the calls and drives the passes; `ghost_norms` holds the
+This module finds the calls and drives the passes; `ghost_layers` recomputes a
+recognised call and gives its input rows (or patches); `ghost_norms` holds the
 per-layer norm rules and the weighted sums.
 """
 
@@ -73,6 +74,11 @@ else:
 
 # The per-layer norm rules live in ghost_norms; their old private names stay here
 # (tests patch `ghost._prefer_ghost`).
+from dpnmt.core.ghost_layers import as_tuple as _as_tuple
+from dpnmt.core.ghost_layers import dense_axes as _dense_axes
+from dpnmt.core.ghost_layers import einsum_axes as _einsum_axes
+from dpnmt.core.ghost_layers import forward as _forward
+from dpnmt.core.ghost_layers import rows as _rows
 from dpnmt.core.ghost_norms import ATTEND as _ATTEND
 from dpnmt.core.ghost_norms import CONV as _CONV
 from dpnmt.core.ghost_norms import DENSE as _DENSE
@@ -169,160 +175,6 @@ def _recognise(context: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str
         if module.num_embeddings > 1:
             return _LOOKUP if method == "__call__" else _ATTEND
     return None
-
-
-def _as_tuple(value: int | Sequence[int]) -> tuple[int, ...]:
-    return (value,) if isinstance(value, int) else tuple(value)
-
-
-def _einsum_axes(module: nn.Module, shape: tuple[int, ...]):
-    """`_dense_axes` of an `nn.Einsum` that is a DenseGeneral, else None.
-
-    That is: the kernel's axes are the contracted input axes, then the output
-    features, and the output is the input's other axes (in order), then the
-    features (in order), e.g. `"btd,dhk->bthk"` or `"...hd,hdf->...f"`. Others
-    (kernel batch axes, features in another order, input axes summed away) fall
-    back to per-example gradients.
-    """
-    import opt_einsum  # A dependency of jax and flax.
-
-    spec = (module.einsum_str or "").replace(" ", "")
-    if "->" not in spec or spec.count(",") != 1:
-        return None
-    kernel = jax.ShapeDtypeStruct(tuple(module.shape), jnp.float32)
-    try:
-        operands, out, _ = opt_einsum.parser.parse_einsum_input(
-            (spec, jax.ShapeDtypeStruct(tuple(shape), jnp.float32), kernel)
-        )
-    except ValueError:
-        return None  # flax raises its own error.
-    lhs, rhs = operands.split(",")
-    contracted = [c for c in rhs if c in lhs]
-    features = [c for c in rhs if c not in lhs]
-    rest = [c for c in lhs if c not in rhs]
-    if (
-        any(len(set(labels)) != len(labels) for labels in (lhs, rhs, out))
-        or len(rhs) != len(module.shape)
-        or rhs != "".join(contracted + features)
-        or out != "".join(rest + features)
-    ):
-        return None
-    return tuple(lhs.index(c) for c in contracted), tuple(module.shape[len(contracted) :])
-
-
-def _dense_axes(module: nn.Module, shape: tuple[int, ...]):
-    """(contracted input axes, in kernel order; output feature sizes) of a dense call."""
-    if isinstance(module, nn.Dense):
-        return (len(shape) - 1,), (module.features,)
-    if isinstance(module, nn.Einsum):
-        return _einsum_axes(module, shape)
-    axes = tuple(axis % len(shape) for axis in _as_tuple(module.axis))
-    return axes, _as_tuple(module.features)
-
-
-def _conv_geometry(module: nn.Module, x: chex.Array) -> tuple[chex.Array, dict[str, Any]]:
-    """`nn.Conv`'s input as `lax.conv_general_dilated` sees it, and its window arguments.
-
-    The input is `[N, *spatial, C]` (batch axes flattened, as flax does), padded
-    here for CIRCULAR, REFLECT and CAUSAL padding (then "VALID"), as flax does.
-    """
-    kernel_size = _as_tuple(module.kernel_size)
-    rank = len(kernel_size)
-
-    def per_axis(value):
-        return (
-            (1,) * rank
-            if value is None
-            else (value,) * rank
-            if isinstance(value, int)
-            else tuple(value)
-        )
-
-    strides, dilation = per_axis(module.strides), per_axis(module.kernel_dilation)
-    x = jnp.reshape(x, (-1,) + x.shape[x.ndim - rank - 1 :])
-    padding = nn.linear.canonicalize_padding(module.padding, rank)
-    if padding in ("CIRCULAR", "REFLECT"):
-        spans = [(k - 1) * d + 1 for k, d in zip(kernel_size, dilation, strict=True)]
-        pads = [(0, 0), *[((k - 1) // 2, k // 2) for k in spans], (0, 0)]
-        x = jnp.pad(x, pads, mode={"CIRCULAR": "wrap", "REFLECT": "reflect"}[padding])
-        padding = "VALID"
-    elif padding == "CAUSAL":
-        if rank != 1:
-            raise ValueError("Causal padding is only implemented for 1D convolutions.")
-        x = jnp.pad(x, [(0, 0), (dilation[0] * (kernel_size[0] - 1), 0), (0, 0)])
-        padding = "VALID"
-    return x, dict(
-        window_strides=strides,
-        padding=padding,
-        lhs_dilation=per_axis(module.input_dilation),
-        rhs_dilation=dilation,
-        dimension_numbers=nn.linear._conv_dimension_numbers(x.shape),
-    )
-
-
-def _rows(kind: str, module: nn.Module, x: chex.Array) -> chex.Array:
-    """The rows `A [T, n]` of one call: the kernel's gradient is `Aᵀ G`.
-
-    `G [T, width]` are the output gradient's rows, and `Aᵀ G` is the kernel
-    reshaped to `[n, width]` in its own axis order (contracted axes, then features).
-    """
-    if kind == _DENSE:
-        axes, _ = _dense_axes(module, x.shape)
-        kept = [axis for axis in range(x.ndim) if axis not in axes]
-        x = jnp.transpose(x, (*kept, *axes))
-        return x.reshape(-1, math.prod(x.shape[len(kept) :]))
-    # The unfold (im2col) view: output position t reads the window patches[t]. The
-    # patches are ordered [C_in, *window]; the kernel [*window, C_in, C_out].
-    x, geometry = _conv_geometry(module, x)
-    window = _as_tuple(module.kernel_size)
-    patches = jax.lax.conv_general_dilated_patches(
-        x, window, **geometry, precision=jax.lax.Precision.HIGHEST
-    )
-    patches = patches.reshape(-1, x.shape[-1], math.prod(window))
-    return jnp.swapaxes(patches, 1, 2).reshape(patches.shape[0], -1)
-
-
-def _forward(kind: str, module: nn.Module, x: chex.Array, params: dict[str, chex.Array]):
-    """The recognised call's output, computed as flax computes it."""
-    if kind == _DENSE:
-        axes, features = _dense_axes(module, x.shape)
-        x, kernel, bias = module.promote_dtype(
-            x, params["kernel"], params.get("bias"), dtype=module.dtype
-        )
-        if isinstance(module, nn.Einsum):
-            y = jnp.einsum(
-                module.einsum_str.replace(" ", ""),
-                x,
-                kernel,
-                precision=module.precision,
-                preferred_element_type=module.preferred_element_type,
-            )
-        else:
-            contracted = tuple(range(len(axes)))
-            y = jax.lax.dot_general(
-                x, kernel, ((axes, contracted), ((), ())), precision=module.precision
-            )
-        if bias is not None:
-            y = y + jnp.reshape(bias, (1,) * (y.ndim - len(features)) + features)
-        return y
-    if kind == _CONV:
-        shape = x.shape
-        x, kernel, bias = module.promote_dtype(
-            x, params["kernel"], params.get("bias"), dtype=module.dtype
-        )
-        x, geometry = _conv_geometry(module, x)
-        y = jax.lax.conv_general_dilated(x, kernel, **geometry, precision=module.precision)
-        if bias is not None:
-            y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
-        rank = len(_as_tuple(module.kernel_size))
-        return jnp.reshape(y, shape[: len(shape) - rank - 1] + y.shape[1:])
-    if kind == _LOOKUP:
-        if not jnp.issubdtype(x.dtype, jnp.integer):
-            raise ValueError("Input type must be an integer or unsigned integer.")
-        (embedding,) = module.promote_dtype(params["embedding"], dtype=module.dtype, inexact=False)
-        return jnp.take(embedding, x, axis=0)
-    x, embedding = module.promote_dtype(x, params["embedding"], dtype=module.dtype)
-    return jnp.dot(x, embedding.T)
 
 
 class _Interceptor:
