@@ -17,9 +17,10 @@ gradient (Li et al. 2022, "ghost clipping"; Bu et al. 2023, "book-keeping"):
   (`"btd,dhk->bthk"`, `"...hk,hkf->...f"`). Other equations fall back.
 - `nn.Conv` (any rank, 1-D and 2-D tested; any strides, padding, input or
   kernel dilation; `feature_group_count=1`, no `mask`, no custom conv), by the
-  unfold (im2col) view: `A_b` is the patches `[T_out, window·C_in]`
-  (`jax.lax.conv_general_dilated_patches`, reordered to the kernel's
-  `[*window, C_in, C_out]` layout), then as for Dense. Bias: `Σ_t G_t`.
+  unfold (im2col) view: `A_b` is the patches `[T_out, window·C_in]` in the
+  kernel's `[*window, C_in, C_out]` layout, built by padding and strided slices
+  only (exact on every backend, unlike an identity-filter conv that a GPU may
+  run in TF32), then as for Dense. Bias: `Σ_t G_t`.
 - Subclasses of these modules that keep the base class's `__call__` (and, for
   `nn.Embed`, `setup` and `attend`; for `nn.Conv`, `shared_weights`) are
   recognised too; ones that override it fall back (the rules recompute the

@@ -4,7 +4,8 @@
 recognised module and its input, recomputes the call's output as flax does
 (`forward`) and gives the rows `A [T, n]` whose product `Aᵀ G` with the output
 gradient rows `G [T, width]` is the kernel's gradient (`rows`): the input with
-its contracted axes flattened (dense layers), or the patches of a convolution.
+its contracted axes flattened (dense layers), or the patches of a convolution
+(pads and slices only: no arithmetic, so exact on every backend).
 """
 
 from __future__ import annotations
@@ -119,15 +120,70 @@ def rows(kind: str, module: Any, x: chex.Array) -> chex.Array:
         kept = [axis for axis in range(x.ndim) if axis not in axes]
         x = jnp.transpose(x, (*kept, *axes))
         return x.reshape(-1, math.prod(x.shape[len(kept) :]))
-    # The unfold (im2col) view: output position t reads the window patches[t]. The
-    # patches are ordered [C_in, *window]; the kernel [*window, C_in, C_out].
     x, geometry = _conv_geometry(module, x)
-    window = as_tuple(module.kernel_size)
-    patches = jax.lax.conv_general_dilated_patches(
-        x, window, **geometry, precision=jax.lax.Precision.HIGHEST
-    )
-    patches = patches.reshape(-1, x.shape[-1], math.prod(window))
-    return jnp.swapaxes(patches, 1, 2).reshape(patches.shape[0], -1)
+    return _patches(x, as_tuple(module.kernel_size), **geometry)
+
+
+def _patches(
+    x: chex.Array,
+    window: tuple[int, ...],
+    *,
+    window_strides: tuple[int, ...],
+    padding: Any,
+    lhs_dilation: tuple[int, ...],
+    rhs_dilation: tuple[int, ...],
+    dimension_numbers: Any = None,
+) -> chex.Array:
+    """The unfold (im2col) view of a conv: output position t reads the window patches[t].
+
+    Built from pads and strided slices only (no multiply-add), so the patches are
+    the input's own values on every backend: a conv with an identity filter
+    (`lax.conv_general_dilated_patches`) may round float32 to TF32 or bf16 on a
+    GPU/TPU, and the per-example norms from it could then come out too small.
+    One slice per window offset and axis (`sum(window)` slices, not `prod`).
+
+    Args:
+      x: The input, `[N, *spatial, C_in]`.
+      window: The kernel's spatial size.
+      window_strides: The conv's strides, per spatial axis.
+      padding: "SAME", "VALID" or `(low, high)` pairs, as `lax.conv_general_dilated`
+        takes it.
+      lhs_dilation: The input's dilation (zeros between its elements), per axis.
+      rhs_dilation: The kernel's dilation, per axis.
+      dimension_numbers: Ignored: flax's channels-last layout.
+
+    Returns:
+      `[N · prod(out_spatial), prod(window) · C_in]`, each row in the kernel's
+      `[*window, C_in]` order.
+    """
+    del dimension_numbers
+    spatial = x.shape[1:-1]
+    if isinstance(padding, str):  # As lax: from the undilated input (it refuses dilation).
+        padding = jax.lax.padtype_to_pads(
+            spatial,
+            [(k - 1) * d + 1 for k, d in zip(window, rhs_dilation, strict=True)],
+            window_strides,
+            padding,
+        )
+    pads = [(lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation, strict=True)]
+    x = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), *pads, (0, 0, 0)])
+    geometry = [  # (window, stride, dilation, output size) per spatial axis.
+        (k, s, d, (n - (k - 1) * d - 1) // s + 1)
+        for n, k, s, d in zip(x.shape[1:-1], window, window_strides, rhs_dilation, strict=True)
+    ]
+    if min(size for *_, size in geometry) <= 0:  # The window does not fit: no output.
+        return jnp.zeros((0, math.prod(window) * x.shape[-1]), x.dtype)
+    for axis, (k, stride, dilation, size) in enumerate(geometry, start=1):
+        span = (size - 1) * stride + 1
+        # A new window axis just before C_in, after the earlier ones.
+        x = jnp.stack(
+            [
+                jax.lax.slice_in_dim(x, j * dilation, j * dilation + span, stride, axis)
+                for j in range(k)
+            ],
+            axis=-2,
+        )
+    return x.reshape(-1, math.prod(window) * x.shape[-1])
 
 
 def forward(kind: str, module: Any, x: chex.Array, params: dict[str, chex.Array]):
