@@ -4,21 +4,38 @@ Each example's gradient norm is assembled layer by layer from what one forward
 and one backward pass already compute, without materialising B copies of the
 gradient (Li et al. 2022, "ghost clipping"; Bu et al. 2023, "book-keeping"):
 
-- `nn.Dense` kernel: per-example gradient `A_bᵀ G_b` (inputs `A_b [T, d_in]`,
-  output gradients `G_b [T, d_out]`); squared norm either
+- `nn.Dense` and `nn.DenseGeneral` kernels (any `axis` and `features` tuples;
+  no `batch_dims`, no custom `dot_general`; flax's `MultiHeadDotProductAttention`
+  projects with them): per-example gradient `A_bᵀ G_b`, the input rows
+  `A_b [T, d_in]` (contracted axes flattened, T all other axes) and output
+  gradient rows `G_b [T, d_out]` (features flattened); squared norm either
   `Σ_{t,s} (A_t·A_s)(G_t·G_s)` (cost `T²(d_in+d_out)`) or the materialised
-  `[d_in, d_out]` gradient, whichever is cheaper for the static shapes.
-  Bias: `Σ_t G_t`.
+  `[d_in, d_out]` gradient, whichever is cheaper for the static shapes; the
+  clipped sum is reshaped to the kernel. Bias: `Σ_t G_t`.
+- `nn.Einsum` when it is a DenseGeneral: kernel axes = contracted input axes,
+  then features, output = the input's other axes, then the features, in order
+  (`"btd,dhk->bthk"`, `"...hk,hkf->...f"`). Other equations fall back.
+- `nn.Conv` (any rank, 1-D and 2-D tested; any strides, padding, input or
+  kernel dilation; `feature_group_count=1`, no `mask`, no custom conv), by the
+  unfold (im2col) view: `A_b` is the patches `[T_out, window·C_in]` in the
+  kernel's `[*window, C_in, C_out]` layout, built by padding and strided slices
+  only (exact on every backend, unlike an identity-filter conv that a GPU may
+  run in TF32), then as for Dense. Bias: `Σ_t G_t`.
+- Subclasses of these modules that keep the base class's `__call__` (and, for
+  `nn.Embed`, `setup` and `attend`; for `nn.Conv`, `shared_weights`) are
+  recognised too; ones that override it fall back (the rules recompute the
+  base call, not the override).
 - `nn.Embed` lookups: `onehot(ids)ᵀ G` (the gram of the one-hot rows is
   `[id_t == id_s]`); `nn.Embed.attend` (tied LM heads): `G_logitsᵀ query`.
 - A parameter used several times (tied embeddings, shared encoder/decoder
   tables) has the SUM of its uses as per-example gradient; its norm includes
   the cross terms between uses, exactly.
-- Every other trainable parameter (layer-norm scales and biases, custom
-  modules, any parameter also read outside a recognised call) gets ordinary
-  per-example gradients from the same backward pass ("fallback"). For vectors
-  (norm scales) that is also the cheapest exact method; parameters with two or
-  more axes are named once in a warning, since they cost B copies.
+- Every other trainable parameter (`nn.LayerNorm`/`nn.RMSNorm` scales and
+  biases, custom modules, any parameter also read outside a recognised call)
+  gets ordinary per-example gradients from the same backward pass
+  ("fallback"). For vectors (norm scales and biases) that is also the cheapest
+  exact method and passes silently; parameters with two or more axes are named
+  once in a warning, since they cost B copies.
 
 The output gradients `G` come from one `vmap`-ed backward pass with respect to
 zero "perturbations" added to each recognised call's output, so the weights'
@@ -29,7 +46,8 @@ while `loss_fn` runs: parameters are matched by identity, so `loss_fn` must
 hand the trainable leaves to `module.apply` unchanged (merging them with frozen
 ones is fine; casting them is not, and only makes them fall back).
 
-This module finds the calls and drives the passes; `ghost_norms` holds the
+This module finds the calls and drives the passes; `ghost_layers` recomputes a
+recognised call and gives its input rows (or patches); `ghost_norms` holds the
 per-layer norm rules and the weighted sums.
 """
 
@@ -57,7 +75,13 @@ else:
 
 # The per-layer norm rules live in ghost_norms; their old private names stay here
 # (tests patch `ghost._prefer_ghost`).
+from dpnmt.core.ghost_layers import as_tuple as _as_tuple
+from dpnmt.core.ghost_layers import dense_axes as _dense_axes
+from dpnmt.core.ghost_layers import einsum_axes as _einsum_axes
+from dpnmt.core.ghost_layers import forward as _forward
+from dpnmt.core.ghost_layers import rows as _rows
 from dpnmt.core.ghost_norms import ATTEND as _ATTEND
+from dpnmt.core.ghost_norms import CONV as _CONV
 from dpnmt.core.ghost_norms import DENSE as _DENSE
 from dpnmt.core.ghost_norms import LOOKUP as _LOOKUP
 from dpnmt.core.ghost_norms import Use as _Use
@@ -101,50 +125,57 @@ class _Call:
     """One recognised module call, as seen while tracing one example."""
 
     path: str
-    kind: str  # _DENSE | _LOOKUP | _ATTEND
+    kind: str  # _DENSE | _CONV | _LOOKUP | _ATTEND
     roles: tuple[tuple[str, int], ...]  # (parameter name, trainable leaf index)
     out_shape: tuple[int, ...]
     out_dtype: Any
+    width: int  # Output features per row: the output gradient is [rows, width].
 
 
 def _params_of(kind: str, module: nn.Module) -> tuple[str, ...]:
-    if kind == _DENSE:
+    if kind in (_DENSE, _CONV):
         return ("kernel", "bias") if module.use_bias else ("kernel",)
     return ("embedding",)
 
 
-def _recognise(context: Any) -> str | None:
+def _inherits(module: nn.Module, base: type, *methods: str) -> bool:
+    """`module` is a `base` whose class keeps `base`'s own `methods`.
+
+    A subclass that overrides them falls back: the rules recompute `base`'s call.
+    """
+    return isinstance(module, base) and all(
+        getattr(type(module), name) is getattr(base, name) for name in methods
+    )
+
+
+def _recognise(context: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
     module, method = context.module, context.method_name
-    if type(module) is nn.Dense and method == "__call__":
+    if method == "__call__" and _inherits(module, nn.Einsum, "__call__"):
+        if len(args) == 1 and not kwargs and _einsum_axes(module, jnp.shape(args[0])) is not None:
+            return _DENSE
+        return None
+    if method == "__call__" and _inherits(module, nn.Dense, "__call__"):
         if module.dot_general is None and module.dot_general_cls is None:
             return _DENSE
-    if type(module) is nn.Embed and module.num_embeddings > 1:
-        if method == "__call__":
-            return _LOOKUP
-        if method == "attend":
-            return _ATTEND
+    if method == "__call__" and _inherits(module, nn.DenseGeneral, "__call__"):
+        if (
+            module.dot_general is None
+            and module.dot_general_cls is None
+            and not _as_tuple(module.batch_dims)
+        ):
+            return _DENSE
+    if method == "__call__" and _inherits(module, nn.Conv, "__call__", "shared_weights"):
+        if (
+            module.feature_group_count == 1
+            and module.mask is None
+            and module.conv_general_dilated is None
+            and module.conv_general_dilated_cls is None
+        ):
+            return _CONV
+    if method in ("__call__", "attend") and _inherits(module, nn.Embed, method, "setup"):
+        if module.num_embeddings > 1:
+            return _LOOKUP if method == "__call__" else _ATTEND
     return None
-
-
-def _forward(kind: str, module: nn.Module, x: chex.Array, params: dict[str, chex.Array]):
-    """The recognised call's output, computed as flax computes it."""
-    if kind == _DENSE:
-        x, kernel, bias = module.promote_dtype(
-            x, params["kernel"], params.get("bias"), dtype=module.dtype
-        )
-        y = jax.lax.dot_general(
-            x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=module.precision
-        )
-        if bias is not None:
-            y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
-        return y
-    if kind == _LOOKUP:
-        if not jnp.issubdtype(x.dtype, jnp.integer):
-            raise ValueError("Input type must be an integer or unsigned integer.")
-        (embedding,) = module.promote_dtype(params["embedding"], dtype=module.dtype, inexact=False)
-        return jnp.take(embedding, x, axis=0)
-    x, embedding = module.promote_dtype(x, params["embedding"], dtype=module.dtype)
-    return jnp.dot(x, embedding.T)
 
 
 class _Interceptor:
@@ -163,7 +194,7 @@ class _Interceptor:
         self.captured: list[chex.Array | None] = []
 
     def __call__(self, next_fun, args, kwargs, context):
-        kind = _recognise(context)
+        kind = _recognise(context, args, kwargs)
         if kind is None:
             return next_fun(*args, **kwargs)
         (x,) = tuple(args) + tuple(kwargs.values())
@@ -179,7 +210,8 @@ class _Interceptor:
             for name, index in roles:
                 values[name] = self.shadows[index]
             y = _forward(kind, module, x, values)
-            self.calls.append(_Call(path, kind, roles, tuple(y.shape), y.dtype))
+            width = y.shape[-1] if kind != _DENSE else math.prod(_dense_axes(module, x.shape)[1])
+            self.calls.append(_Call(path, kind, roles, tuple(y.shape), y.dtype, width))
             return y
         number = len(self.captured)
         if number >= len(self.plan) or self.plan[number].path != path:
@@ -192,9 +224,9 @@ class _Interceptor:
         if perturbation is None:
             self.captured.append(None)
             return y
-        self.captured.append(
-            x if kind != _DENSE or _has_role(self.plan[number], "kernel") else None
-        )
+        if kind in (_DENSE, _CONV):
+            x = _rows(kind, module, x) if _has_role(self.plan[number], "kernel") else None
+        self.captured.append(x)
         return y + perturbation.astype(y.dtype)
 
     def check_complete(self) -> None:
@@ -242,8 +274,9 @@ def _warn_fallback(names: Sequence[str]) -> None:
         _warned.add(key)
         warnings.warn(
             f"ghost clipping: per-example gradients (B copies) for {len(names)} parameter(s) "
-            f"with two or more axes that it cannot factorise (not used only through nn.Dense "
-            f"or nn.Embed calls): {', '.join(names)}",
+            "with two or more axes that it cannot factorise (not used only through nn.Dense, "
+            "nn.DenseGeneral, dense-like nn.Einsum, nn.Conv (feature_group_count=1) or "
+            f"nn.Embed calls whose class keeps flax's __call__): {', '.join(names)}",
             GhostClippingWarning,
             stacklevel=4,
         )
@@ -314,7 +347,7 @@ def ghost_clipped_sum(
     for call, x, g in zip(plan, captured, out_grads, strict=True):
         for name, index in call.roles:
             uses[index].append(
-                _uses_of(call.kind, name, x, g, batch_size, tuple(leaves[index].shape))
+                _uses_of(call.kind, name, x, g, batch_size, tuple(leaves[index].shape), call.width)
             )
 
     squared = jnp.zeros((batch_size,), jnp.float32)
@@ -355,6 +388,7 @@ def ghost_clipped_sum(
         else:
             sums[index] = sum(_weighted_sum(u, weights, shape) for u in uses[index])
     sums = [
-        s.astype(jnp.promote_types(v.dtype, jnp.float32)) for s, v in zip(sums, leaves, strict=True)
+        s.reshape(v.shape).astype(jnp.promote_types(v.dtype, jnp.float32))
+        for s, v in zip(sums, leaves, strict=True)
     ]
     return treedef.unflatten(sums), norms, losses

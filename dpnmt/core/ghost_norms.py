@@ -1,8 +1,9 @@
 """Per-layer norm rules of book-keeping ("ghost") clipping: see `dpnmt.core.ghost`.
 
 For one trainable leaf, the per-example gradient is a sum of uses `X_bᵀ Y_b`
-(a dense kernel, an embedding lookup or an `attend`) or a direct `[B, *shape]`
-gradient. This module gives, per leaf: the uses (`uses_of`), the static choice
+(a dense or conv kernel, as rows: the kernel's gradient is `[n, m]`, reshaped
+to its own shape by the caller; an embedding lookup or an `attend`) or a direct
+`[B, *shape]` gradient. This module gives, per leaf: the uses (`uses_of`), the static choice
 between the ghost norm and materialising (`prefer_ghost`), the ghost squared norm
 with its float32 error bound (`ghost_squared_norm`), the materialised gradients
 (`materialise`) and the weighted clipped sum (`weighted_sum`).
@@ -19,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 # The recognised module calls.
-DENSE, LOOKUP, ATTEND = "dense", "lookup", "attend"
+DENSE, CONV, LOOKUP, ATTEND = "dense", "conv", "lookup", "attend"
 
 
 # Full float32 for the norms and the clipped sum: on GPUs the default float32
@@ -37,12 +38,16 @@ class Use:
     y: chex.Array  # [B, T, m]; for "direct" the per-example gradient [B, *shape]
 
 
-def uses_of(kind: str, name: str, captured, grad, batch: int, shape) -> Use:
-    """The use of leaf role `name` in one recognised call of `kind` (per-example `Xᵀ Y`)."""
-    g = grad.astype(jnp.float32).reshape(batch, -1, grad.shape[-1])
-    if kind == DENSE and name == "bias":
+def uses_of(kind: str, name: str, captured, grad, batch: int, shape, width: int) -> Use:
+    """The use of leaf role `name` in one recognised call of `kind` (per-example `Xᵀ Y`).
+
+    Dense and conv calls arrive as rows: `captured [B, T, n]` (the inputs, or the
+    patches of a convolution) and `grad [B, ...]`, read as `[B, T, width]`.
+    """
+    g = grad.astype(jnp.float32).reshape(batch, -1, width)
+    if kind in (DENSE, CONV) and name == "bias":
         return Use("direct", None, jnp.sum(g, axis=1))
-    if kind == DENSE:
+    if kind in (DENSE, CONV):
         x = captured.astype(jnp.float32)
         return Use("factor", x.reshape(batch, -1, x.shape[-1]), g)
     if kind == LOOKUP:
