@@ -110,7 +110,7 @@ def _setup(module, shape, seed=0):
 def _jitted(clipping, loss_fn, l2_clip, variant=None):
     del variant  # A new jit (a new trace) per variant of the patched ghost rules.
     return jax.jit(
-        lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, l2_clip, clipping=clipping)
+        lambda p, b, m: core.private_grad_sum(loss_fn, p, b, m, l2_clip=l2_clip, clipping=clipping)
     )
 
 
