@@ -104,14 +104,20 @@ def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim
         logging.info("Pretrained model: %s.", pretrained.note)
     if planned.group_privacy is not None:
         logging.warning("Group privacy: %s", planned.group_privacy.note)
+    if planned.privacy_unit is not None:
+        logging.info("Privacy unit: %s", planned.privacy_unit.note)
+    counts = (
+        f"L={plan.expected_lot_size} groups, N_groups={plan.dataset_size}, k={plan.group_cap}"
+        if plan.unit == privacy.GROUP
+        else f"L={plan.expected_lot_size}, N={plan.dataset_size}"
+    )
     logging.info(
-        "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
+        "Privacy plan: %s; σ=%.4f, C=%g, %s, q=%.5f, T=%d steps; planned DP-SGD "
         "ε=%.4g at δ=%g; with the vocabulary (%s)%s the total is ε=%.4g, δ=%.3g.",
         plan.bound,
         plan.noise_multiplier,
         plan.l2_clip,
-        plan.expected_lot_size,
-        plan.dataset_size,
+        counts,
         plan.sampling_rate,
         plan.num_steps,
         plan.epsilon_after(plan.num_steps),
