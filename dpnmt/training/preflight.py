@@ -149,8 +149,9 @@ def _group_pretrained_problems(run: RunConfig) -> list[str]:
         f"dp.unit='group' starting from model.name_or_path={run.model.name_or_path!r}, a "
         f"dpnmt export whose own ε={claim.epsilon:.3g} composes into this run's total: that "
         "ε is not per group of this run, so the total per group would be wrong. Set "
-        "model.pretrained_data_disjoint=True if its training data share no example with "
-        "this run's, or start from a model not trained on this data, or use dp.unit='example'."
+        f"model.pretrained_data_disjoint=True only if its training data share no "
+        f"{pretrained_privacy.shared_unit(run)} with this run's, or start from a model not "
+        "trained on this data, or use dp.unit='example'."
     ]
 
 

@@ -222,3 +222,5 @@ def test_group_unit_refuses_a_pretrained_export_whose_per_pair_epsilon_composes(
         assert bool(problems) == refused
         if refused:
             assert "model.pretrained_data_disjoint=True" in problems[0]
+            assert "share no group (user or document" in problems[0]
+            assert "no example" not in problems[0]
