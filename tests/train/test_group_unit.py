@@ -94,7 +94,6 @@ def test_config_accepts_group_unit_and_refuses_what_it_cannot_run():
         RunConfig.parse(config)
     assert "tokenizer.kind='dp_sentencepiece'" in str(error.value)
     assert "Use a public vocabulary" in str(error.value)
-    config.tokenizer.kind = "sentencepiece_public"
     config.tokenizer.public_corpora = "files:public"
     assert RunConfig.parse(config).dp.unit == "group"
     for field, value, message in (
@@ -224,3 +223,21 @@ def test_group_unit_refuses_a_pretrained_export_whose_per_pair_epsilon_composes(
             assert "model.pretrained_data_disjoint=True" in problems[0]
             assert "share no group (user or document" in problems[0]
             assert "no example" not in problems[0]
+
+
+def test_group_unit_refuses_validation_carved_from_train_pair_by_pair(tmp_path):
+    """Carving cuts groups: some of a group's pairs would be scored unnoised in validation."""
+    from dpnmt.training import pieces, preflight
+
+    config = _group_run_config(tmp_path, "vmap")
+    (tmp_path / "corpus" / "validation.tsv").unlink()
+    config.data.validation_size = 5
+    workdir = str(tmp_path / "run")
+    with pytest.raises(ConfigError) as error:
+        preflight.check_run(RunConfig.of(config), workdir, load_corpus=pieces.load_corpus)
+    message = str(error.value)
+    assert "dp.unit='group' with a validation split carved" in message
+    assert "data.validation_size" in message and "own validation split" in message
+    assert not (tmp_path / "run").exists()
+    config.dp.unit = "example"  # Carving stays allowed per pair (reported as not covered).
+    preflight.check_run(RunConfig.of(config), workdir, load_corpus=pieces.load_corpus)
