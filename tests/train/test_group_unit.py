@@ -241,3 +241,20 @@ def test_group_unit_refuses_validation_carved_from_train_pair_by_pair(tmp_path):
     assert not (tmp_path / "run").exists()
     config.dp.unit = "example"  # Carving stays allowed per pair (reported as not covered).
     preflight.check_run(RunConfig.of(config), workdir, load_corpus=pieces.load_corpus)
+
+
+def test_an_example_run_from_a_group_export_says_the_whole_group_must_be_removed():
+    from dpnmt.training.privacy_report import PretrainedClaim, adjacency
+
+    group_adjacency = adjacency(_group_plan(noise_multiplier=1.2))
+    dp, train = _configs(delta=1e-5, noise_multiplier=1.2)
+    train.expected_lot_size, train.num_epochs = 6, 1
+    plan = privacy.plan_privacy(dp, train, dataset_size=968)
+    export = PretrainedClaim(True, True, False, 3.0, 1e-9, "an export", None, group_adjacency)
+    composition = privacy_report(plan, plan.num_steps, VOCAB, pretrained=export).composition
+    assert "different neighbouring datasets" in composition
+    assert "under the export's group relation it holds only if the example's whole group" in (
+        composition
+    )
+    same = PretrainedClaim(True, True, False, 3.0, 1e-9, "an export", None, adjacency(plan))
+    assert "whole group" not in privacy_report(plan, 1, VOCAB, pretrained=same).composition
