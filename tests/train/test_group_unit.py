@@ -183,6 +183,9 @@ def test_group_unit_trains_and_results_json_reports_epsilon_per_group(tmp_path, 
         )
     )
     assert unit["epsilon_per_group"] == pytest.approx(accountant.get_epsilon(1e-3), rel=1e-6)
+    # Of the private train split only N_groups is published, not its number of pairs.
+    published = json.loads((tmp_path / "run" / "results.json").read_text())["preprocessing"]
+    assert published["train"] == {"num_groups": 12}
     # A public vocabulary: the total is DP-SGD's ε per group.
     assert loaded["total_epsilon"] == unit["epsilon_per_group"] == loaded["dp_sgd_epsilon"]
     # The sampler's state (secret) went to private/ for an exact resume.
@@ -258,3 +261,13 @@ def test_an_example_run_from_a_group_export_says_the_whole_group_must_be_removed
     )
     same = PretrainedClaim(True, True, False, 3.0, 1e-9, "an export", None, adjacency(plan))
     assert "whole group" not in privacy_report(plan, 1, VOCAB, pretrained=same).composition
+
+
+def test_a_group_run_publishes_n_groups_not_the_number_of_pairs():
+    from dpnmt.training.loop import published_train_counts
+
+    assert published_train_counts(_group_plan(noise_multiplier=1.2)) == {"num_groups": 42}
+    dp, train = _configs(delta=1e-5, noise_multiplier=1.2)
+    train.expected_lot_size, train.num_epochs = 6, 1
+    example = privacy.plan_privacy(dp, train, dataset_size=968)
+    assert published_train_counts(example) == {"num_kept": 968}  # N, as before.
