@@ -98,6 +98,24 @@ def _building(run: RunConfig) -> str:
     return "Loading the pretrained model"
 
 
+def check_sampler_matches_plan(lots, plan: privacy.PrivacyPlan) -> None:
+    """The sampler draws with the plan's q (the plan is the one source of q, σ and T).
+
+    The sampler computes q = L / N from the rows (or groups) it holds; the
+    accountant used the plan's. Were they to differ (e.g. N_groups counted
+    differently), ε would be for another mechanism than the one that ran.
+
+    Raises:
+      RuntimeError: the two rates differ (a dpnmt bug: report it).
+    """
+    if plan.private and lots.sampling_rate != plan.sampling_rate:
+        raise RuntimeError(
+            f"the lot sampler's q={lots.sampling_rate!r} differs from the privacy plan's "
+            f"q={plan.sampling_rate!r} (N={plan.dataset_size}, unit={plan.unit}): the "
+            "accountant's ε would not be for the lots drawn. This is a dpnmt bug; please report it."
+        )
+
+
 def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
     planned = privacy_report(plan, plan.num_steps, vocabulary, pretrained=pretrained)
     if pretrained is not None:
@@ -312,6 +330,7 @@ def build_run(
         )
     else:
         lots = bridge.ShuffledLots(lot_indices, plan.expected_lot_size, seed=sampler_seed)
+    check_sampler_matches_plan(lots, plan)
 
     return RunPieces(
         config=run,

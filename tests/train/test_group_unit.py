@@ -271,3 +271,15 @@ def test_a_group_run_publishes_n_groups_not_the_number_of_pairs():
     train.expected_lot_size, train.num_epochs = 6, 1
     example = privacy.plan_privacy(dp, train, dataset_size=968)
     assert published_train_counts(example) == {"num_kept": 968}  # N, as before.
+
+
+def test_setup_refuses_a_sampler_whose_q_is_not_the_plan_s():
+    from dpnmt import bridge
+    from dpnmt.training.setup import check_sampler_matches_plan
+
+    plan = _group_plan(noise_multiplier=1.2)  # q = 6 / 42.
+    groups = [f"user{i % 42}" for i in range(84)]  # Group label of each of 84 examples.
+    check_sampler_matches_plan(bridge.PoissonGroupLots(groups, 6, 8, seed=1), plan)
+    with pytest.raises(RuntimeError, match="differs from the privacy plan's"):
+        fewer = bridge.PoissonGroupLots(groups[:41], 6, 8, seed=1)  # N_groups 41.
+        check_sampler_matches_plan(fewer, plan)
