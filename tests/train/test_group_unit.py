@@ -94,6 +94,7 @@ def test_config_accepts_group_unit_and_refuses_what_it_cannot_run():
         RunConfig.parse(config)
     assert "tokenizer.kind='dp_sentencepiece'" in str(error.value)
     assert "Use a public vocabulary" in str(error.value)
+    config.tokenizer.kind = "sentencepiece_public"
     config.tokenizer.public_corpora = "files:public"
     assert RunConfig.parse(config).dp.unit == "group"
     for field, value, message in (
