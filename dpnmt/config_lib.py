@@ -152,7 +152,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict()
     c.model.name_or_path = config_dict.placeholder(str)  # Pretrained: hub name or local dir.
     # A dpnmt export's own (ε, δ) is composed with a private run's unless this declares
-    # that its training data share no example with this run's (e.g. public text).
+    # that its training data share no example (dp.unit=group: no group) with this run's.
     c.model.pretrained_data_disjoint = False  # Declared disjoint: export's ε not composed.
     c.model.family = "t5"  # t5 (task prefix) | mbart (language codes) | none.
     c.model.source_prefix = config_dict.placeholder(str)  # Override the T5 task prefix.

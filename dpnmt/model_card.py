@@ -39,6 +39,12 @@ _PRIVACY_KEYS = {
     "validation_is_private": "validation carved from the private training data (NOT covered)",
     "assumed_public": "assumed public",
 }
+# dp.unit="group" (results.json "privacy_unit"): N and L count groups, not pairs.
+_GROUP_LABELS = {
+    "dataset_size": "groups N_groups",
+    "expected_lot_size": "expected groups per lot L",
+    "l2_clip": "clipping norm C (of one group's summed gradient)",
+}
 # Never printed, even if a future results.json carried them.
 _SECRET_KEYS = ("seed", "noise_seed", "lot_sizes", "train_loss")
 
@@ -55,7 +61,34 @@ def _is_secret(key: str) -> bool:
     return any(secret in key for secret in _SECRET_KEYS)
 
 
+def group_unit(privacy: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The report's `privacy_unit` record when one whole group is the unit (dp.unit="group")."""
+    unit = privacy.get("privacy_unit")
+    if isinstance(unit, Mapping) and unit.get("unit") == "group":
+        return unit
+    return None
+
+
+def _covers(privacy: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(the neighbour, the clipping, the counts assumed public) of the report's privacy unit."""
+    unit = group_unit(privacy)
+    if unit is None:
+        return (
+            "one training sentence pair",
+            "per-example clipping",
+            "the training-set size N and other counts",
+        )
+    cap = unit.get("group_cap", "k")
+    return (
+        "one whole group (a user or document: all its sentence pairs)",
+        f"per-group clipping, each group capped at k = {cap} pairs per lot",
+        "the number of groups N_groups, the cap k and other counts",
+    )
+
+
 def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
+    labels = _PRIVACY_KEYS | (_GROUP_LABELS if group_unit(privacy) is not None else {})
+    neighbour, clipping, counts = _covers(privacy)
     lines = ["## Privacy", ""]
     if not privacy.get("private", False):
         lines += [
@@ -64,7 +97,7 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
             "",
         ]
     lines += ["| | |", "|---|---|"]
-    for key, label in _PRIVACY_KEYS.items():
+    for key, label in labels.items():
         if key in privacy:
             lines.append(f"| {label} (`{key}`) | {_value(privacy[key])} |")
     vocabulary = privacy.get("vocabulary") or {}
@@ -86,15 +119,15 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
     bound = privacy.get("bound", "")
     lines += [
         "",
-        "**What the guarantee covers.** (ε, δ)-DP for adding or removing one training "
-        "sentence pair, for the model's weights: DP-SGD (per-example clipping, Gaussian "
+        f"**What the guarantee covers.** (ε, δ)-DP for adding or removing {neighbour}, "
+        f"for the model's weights: DP-SGD ({clipping}, Gaussian "
         f"noise once per lot, the accountant's ε for the sampling that ran: {bound or 'see above'}"
         "), composed with the vocabulary's ε when it was learnt with DP-SentencePiece. "
         "A vocabulary learnt from the private data without DP voids it (total ε = ∞).",
         "",
         "**What it does not cover.** The validation data (it drives evaluation and early "
-        "stopping; publish only validation data you may publish); the training-set size N "
-        "and other counts, assumed public; the hyper-parameter search (each configuration "
+        "stopping; publish only validation data you may publish); "
+        f"{counts}, assumed public; the hyper-parameter search (each configuration "
         "tried spends privacy that this ε does not count); a pretrained starting model's own "
         "training data, unless its ε is composed above (a dpnmt export whose data may overlap "
         "this run's). Shuffled lots give only the no-amplification bound; a figure marked "
@@ -103,6 +136,9 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
     group = privacy.get("group_privacy")
     if isinstance(group, Mapping) and group.get("note"):
         lines += ["", f"**A person with many sentences.** {group['note']}"]
+    unit = group_unit(privacy)
+    if unit is not None and unit.get("note"):
+        lines += ["", f"**The privacy unit.** {unit['note']}"]
     return lines
 
 

@@ -92,3 +92,30 @@ def test_card_names_each_corpus_of_a_list_and_detok_corpora_without_paths(corpus
     card = model_card.render(RunConfig.of(config), PRIVACY, None, steps_done=3)
     assert f"- corpus: {expected}, direction de-en" in card
     assert "/home/me" not in card and "~" not in card
+
+
+def _report(unit: str) -> dict:
+    from dpnmt import config_lib, privacy
+    from dpnmt.data.tokenizers import VocabularyRecord
+    from dpnmt.training.privacy_report import privacy_report
+
+    config = config_lib.base_config()
+    config.dp.update(unit=unit, group_cap=8, delta=1e-5, noise_multiplier=1.2)
+    config.train.expected_lot_size, config.train.num_epochs = 6, 1
+    plan = privacy.plan_privacy(config.dp, config.train, dataset_size=968, num_groups=42)
+    vocabulary = VocabularyRecord("sentencepiece_public", False, epsilon=0.0)
+    return privacy_report(plan, plan.num_steps, vocabulary).to_json()
+
+
+def test_card_of_a_group_unit_run_states_the_group_guarantee_and_counts_groups():
+    run = RunConfig.of({"data": {"pair": "de-en"}, "model": {"name_or_path": "base"}})
+    card = model_card.render(run, _report("group"), None, steps_done=3)
+    assert "adding or removing one whole group" in card
+    assert "per-group clipping, each group capped at k = 8" in card
+    assert "| groups N_groups (`dataset_size`) | 42 |" in card
+    assert "sentence pair, for" not in card and "per-example clipping" not in card
+    assert "training pairs N" not in card and "training-set size N" not in card
+    # An example-unit run keeps the per-pair statement.
+    card = model_card.render(run, _report("example"), None, steps_done=3)
+    assert "adding or removing one training sentence pair" in card
+    assert "| training pairs N (`dataset_size`) | 968 |" in card

@@ -170,7 +170,7 @@ def add_group_microbatch(
       the real rows), and the float32 loss sum of the kept groups' rows. Both
       PRIVATE.
     """
-    grad_sum, _, mean_loss = group_clipping.group_clipped_sum(
+    grad_sum, norms, mean_loss = group_clipping.group_clipped_sum(
         loss_fn,
         params,
         batch,
@@ -179,8 +179,11 @@ def add_group_microbatch(
         dropout_key=dropout_key,
         clipping=clipping,
     )
-    real = jnp.sum(jnp.asarray(row_mask) != 0).astype(jnp.int32)
-    return accumulation.accumulate(lot, grad_sum, real), mean_loss * real
+    rows = jnp.sum(jnp.asarray(row_mask) != 0, axis=1)  # [G] real rows per group.
+    real = jnp.sum(rows).astype(jnp.int32)
+    # mean_loss is over the kept groups' rows: a dropped (non-finite) group's rows are not.
+    kept_rows = jnp.sum(jnp.where(jnp.isfinite(norms), rows, 0)).astype(jnp.float32)
+    return accumulation.accumulate(lot, grad_sum, real), mean_loss * kept_rows
 
 
 def add_per_example_grads(

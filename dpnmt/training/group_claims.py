@@ -103,7 +103,9 @@ def unit_claim(plan: privacy.PrivacyPlan) -> UnitClaim | None:
         f"The guarantee protects one whole group (all its examples; at most k = {plan.group_cap} "
         f"of them in any lot): DP-SGD ε = {epsilon:.3g} per group at δ = {plan.delta:g}, "
         f"over N_groups = {plan.num_groups} groups sampled with q = {plan.sampling_rate:.4g}. "
-        "Assumes N_groups and k are public, like N."
+        "Assumes N_groups and k are public, like N. Validation is the corpus's own split, "
+        "assumed public like its test split (a validation carved from train is refused: it "
+        "would split groups and publish some of their pairs' scores unnoised)."
     )
     return UnitClaim(
         unit=plan.unit,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dpnmt import distributed, models
+from dpnmt import distributed, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
 from dpnmt.training import actions, checkpointing, interruption, steps
@@ -152,6 +152,19 @@ def _evaluator(settings: RunConfig, run: RunPieces, timer) -> Evaluator:
     )
 
 
+def published_train_counts(plan: privacy.PrivacyPlan) -> dict[str, int]:
+    """results.json's "preprocessing"/"train": the one count of the private split published.
+
+    N, assumed public (`assumed_public`): the kept pairs (`num_kept`) when one
+    example is the unit; N_groups (`num_groups`) when one group is, and then
+    not the number of pairs, which is not assumed public (it moves by a whole
+    group's size between neighbours).
+    """
+    if plan.unit == privacy.GROUP:
+        return {"num_groups": plan.dataset_size}
+    return {"num_kept": plan.dataset_size}
+
+
 def _results(
     run: RunPieces, state: LoopState, evaluator, params, start_step: int, train_seconds: float
 ) -> dict:
@@ -184,11 +197,13 @@ def _results(
             for s, v in run.data.split_stats.items()
             if s not in record.private_splits
         }
-        | {"train": {"num_kept": plan.dataset_size}},
+        | {"train": published_train_counts(plan)},
         "preprocessing_note": "exact counts of public splits; of the private training "
-        "split (and of a validation split carved from it) only num_kept = N, assumed "
-        f"public; the exact counts stay in {PRIVATE_DIR}/{PREPROCESSING_FILE}. None: not "
-        "counted (the train split was tokenized per lot, data.tokenize_train)",
+        "split (and of a validation split carved from it) only N, assumed public: num_kept "
+        "(pairs) for dp.unit=example, num_groups (N_groups; its number of pairs is not "
+        f"published) for dp.unit=group; the exact counts stay in {PRIVATE_DIR}/"
+        f"{PREPROCESSING_FILE}. None: not counted (the train split was tokenized per lot, "
+        "data.tokenize_train)",
         "validation_is_private": record.validation_is_private,
         "validation_note": (
             "validation pairs were carved from the private training data: their loss and "

@@ -11,6 +11,7 @@ import math
 import os
 import time
 
+from dpnmt import privacy
 from dpnmt.training.run_dir import METRICS_FILE, RunDir
 
 MIN_RATE_WINDOW_LOTS = 50
@@ -70,9 +71,10 @@ def log_progress(
         )
     if lots_per_second is not None:
         eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
+        counted = "groups" if plan.unit == privacy.GROUP else "examples"  # L counts these.
         rate_text = (
             f"  {lots_per_second:.3f} lots/s  ~{lots_per_second * plan.expected_lot_size:.1f} "
-            f"examples/s (L x lots/s, mean over >= {MIN_RATE_WINDOW_LOTS} lots)  ETA {eta:.0f} s"
+            f"{counted}/s (L x lots/s, mean over >= {MIN_RATE_WINDOW_LOTS} lots)  ETA {eta:.0f} s"
         )
         scalars["train/lots_per_second"] = lots_per_second
     logging.info("step %d/%d%s%s  %s", step, plan.num_steps, rate_text, loss_text, epsilon_text)

@@ -21,8 +21,10 @@ from dpnmt.bridge import buckets
 from dpnmt.config import DataConfig, RunConfig
 from dpnmt.data import checks as data_checks
 from dpnmt.data import health, public_checks
+from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.errors import raise_problems
 from dpnmt.models import checks as model_checks
+from dpnmt.public_names import public_corpus
 from dpnmt.training import compilation_cache, pretrained_privacy
 from dpnmt.training.run_dir import workdir_problems
 
@@ -129,11 +131,33 @@ def check_run(
         )
     problems += data_checks.vocabulary_problems(run, corpus["train"], dataset_size)
     problems += _group_pretrained_problems(run)
+    problems += _group_carved_validation_problems(run, corpus)
     public = public_checks.public_text_problems(run, corpus)
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
     health.log_warnings([data_checks.small_corpus_note(run, dataset_size)])
+
+
+def _group_carved_validation_problems(run: RunConfig, corpus) -> list[str]:
+    """dp.unit=group with validation pairs carved off train, pair by pair.
+
+    Carving cuts across groups: part of a group's pairs would sit in
+    validation, whose loss and BLEU are published unnoised, while the report
+    says the whole group is protected.
+    """
+    if run.dp.unit != privacy.GROUP or not run.dp.enabled:
+        return []
+    if not validation_is_carved_from_train(corpus):
+        return []
+    return [
+        f"dp.unit='group' with a validation split carved from the private train split of "
+        f"data.corpus={public_corpus(run.data.corpus)!r} (data.validation_size): carving is "
+        "pair by pair, so some groups would have pairs in validation, whose scores are "
+        "published unnoised, and the whole group would not be protected. Give the corpus its "
+        "own validation split (files: a validation file of groups not in train; bsd: "
+        "train_split='train'), or use dp.unit='example'."
+    ]
 
 
 def _group_pretrained_problems(run: RunConfig) -> list[str]:
@@ -149,8 +173,9 @@ def _group_pretrained_problems(run: RunConfig) -> list[str]:
         f"dp.unit='group' starting from model.name_or_path={run.model.name_or_path!r}, a "
         f"dpnmt export whose own ε={claim.epsilon:.3g} composes into this run's total: that "
         "ε is not per group of this run, so the total per group would be wrong. Set "
-        "model.pretrained_data_disjoint=True if its training data share no example with "
-        "this run's, or start from a model not trained on this data, or use dp.unit='example'."
+        f"model.pretrained_data_disjoint=True only if its training data share no "
+        f"{pretrained_privacy.shared_unit(run)} with this run's, or start from a model not "
+        "trained on this data, or use dp.unit='example'."
     ]
 
 

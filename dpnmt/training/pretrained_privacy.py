@@ -37,6 +37,18 @@ _UNBOUNDED = (
 )
 
 
+def shared_unit(run: RunConfig) -> str:
+    """What disjoint training data must share none of: the run's privacy unit.
+
+    With `dp.unit="group"` the neighbour is one whole group, so the declaration
+    holds only if no group (user, document) has pairs in both datasets:
+    disjoint sentence pairs of one user are not enough.
+    """
+    if run.dp.unit == "group":
+        return "group (user or document: no group has pairs in both)"
+    return "example"
+
+
 class RecordUnreadable(OSError):
     """Whether the starting model is a dpnmt export cannot be known (its dpnmt.json unreadable)."""
 
@@ -146,7 +158,7 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     try:
         is_export, settings = read_export_settings(name)
     except RecordUnreadable as error:
-        return _unreadable(name, declared, run.dp.enabled, error)
+        return _unreadable(name, declared, run.dp.enabled, error, shared_unit(run))
     if not is_export:
         note = (
             f"not a dpnmt export (no {SETTINGS_FILE} privacy record): its own training data "
@@ -175,7 +187,7 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
         note = "non-private run (ε = ∞): the export's ε is not composed"
         return claim(False, epsilon, delta, note), None
     fix = (
-        f"If its training data share no example with this run's (e.g. public text), set "
+        f"If its training data share no {shared_unit(run)} with this run's (e.g. public text), set "
         f"{DISJOINT_FIELD}=True (the report then says so)"
     )
     if record is None:
@@ -195,7 +207,7 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
         return claim(True, math.inf, None, _UNBOUNDED), problem
     note = (
         "the export's own total (ε, δ) composed with this run's: its training data may overlap "
-        f"this run's (set {DISJOINT_FIELD}=True if they share no example)"
+        f"this run's (set {DISJOINT_FIELD}=True if they share no {shared_unit(run)})"
     )
     return claim(True, epsilon, delta, note), None
 
@@ -236,7 +248,7 @@ def declared_text_problems(run: RunConfig, corpus) -> list[str]:
 
 
 def _unreadable(
-    name: str, declared: bool, private: bool, error: Exception
+    name: str, declared: bool, private: bool, error: Exception, unit: str
 ) -> tuple[PretrainedClaim, str | None]:
     """The claim (and a private run's problem) when the model's dpnmt.json cannot be read.
 
@@ -255,7 +267,7 @@ def _unreadable(
         "it was trained on private data (a dpnmt export's own ε composes with this run's). "
         "Make it reachable: fetch it once online (huggingface_hub.hf_hub_download(repo, "
         f"'{SETTINGS_FILE}') also records its absence in the Hugging Face cache), or use the "
-        f"model's local folder. Only if its training data share no example with this run's, "
+        f"model's local folder. Only if its training data share no {unit} with this run's, "
         f"set {DISJOINT_FIELD}=True instead (the published report then says so). {error}"
     )
     note = f"{unknown}: the model may be a dpnmt export with no finite ε on overlapping data"

@@ -45,7 +45,7 @@ class PretrainedClaim:
       dpnmt_export: whether it is a dpnmt export (its `dpnmt.json` holds a privacy record).
       composed: whether its (ε, δ) is composed into this run's total.
       declared_disjoint: `model.pretrained_data_disjoint` was set: its training
-        data were declared to share no example with this run's.
+        data were declared to share no example (dp.unit="group": no group) with this run's.
       epsilon: the export's total ε on its training data (inf: no guarantee), or None.
       delta: its total δ, or None.
       note: one line for the report.
@@ -216,13 +216,16 @@ class PrivacyReport:
         return cls(**values)
 
 
+_WHOLE_GROUP = "add/remove one whole group"  # How a group-unit adjacency begins.
+
+
 def adjacency(plan: privacy.PrivacyPlan) -> str:
     """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
     if not plan.private:
         return "none (no guarantee)"
     if plan.sampling == privacy.POISSON and plan.unit == privacy.GROUP:
         return (
-            "add/remove one whole group of training examples (Poisson-sampled Gaussian over "
+            f"{_WHOLE_GROUP} of training examples (Poisson-sampled Gaussian over "
             "groups; a sampled group adds at most group_cap of its examples)"
         )
     if plan.sampling == privacy.POISSON:
@@ -238,14 +241,23 @@ def mixed_adjacency_note(export: str | None, run: str) -> str:
 
     Each ε holds for its own relation; their sum holds for one example changed
     in both datasets, each time under that ε's relation (README "Which ε is
-    reported"), and for neither relation alone.
+    reported"), and for neither relation alone. Under a group relation (an
+    export trained with dp.unit="group") "changed" means its whole group
+    removed: one example's own removal is only part of that neighbour.
     """
-    return (
+    note = (
         "; the two ε are for different neighbouring datasets: the export's for "
         f"{export or 'a relation its record does not state'}, this run's for {run}. The total "
         "bounds one example changed in both, each under its own relation (e.g. removed from "
         "one dataset and replaced by a null example in the other), not either relation alone"
     )
+    for who, relation in (("the export's", export), ("this run's", run)):
+        if relation is not None and relation.startswith(_WHOLE_GROUP):
+            note += (
+                f"; under {who} group relation it holds only if the example's whole group "
+                f"(user or document) is removed from {who} training data, not the example alone"
+            )
+    return note
 
 
 def vocabulary_epsilon(vocabulary) -> float:

@@ -98,20 +98,44 @@ def _building(run: RunConfig) -> str:
     return "Loading the pretrained model"
 
 
+def check_sampler_matches_plan(lots, plan: privacy.PrivacyPlan) -> None:
+    """The sampler draws with the plan's q (the plan is the one source of q, σ and T).
+
+    The sampler computes q = L / N from the rows (or groups) it holds; the
+    accountant used the plan's. Were they to differ (e.g. N_groups counted
+    differently), ε would be for another mechanism than the one that ran.
+
+    Raises:
+      RuntimeError: the two rates differ (a dpnmt bug: report it).
+    """
+    if plan.private and lots.sampling_rate != plan.sampling_rate:
+        raise RuntimeError(
+            f"the lot sampler's q={lots.sampling_rate!r} differs from the privacy plan's "
+            f"q={plan.sampling_rate!r} (N={plan.dataset_size}, unit={plan.unit}): the "
+            "accountant's ε would not be for the lots drawn. This is a dpnmt bug; please report it."
+        )
+
+
 def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
     planned = privacy_report(plan, plan.num_steps, vocabulary, pretrained=pretrained)
     if pretrained is not None:
         logging.info("Pretrained model: %s.", pretrained.note)
     if planned.group_privacy is not None:
         logging.warning("Group privacy: %s", planned.group_privacy.note)
+    if planned.privacy_unit is not None:
+        logging.info("Privacy unit: %s", planned.privacy_unit.note)
+    counts = (
+        f"L={plan.expected_lot_size} groups, N_groups={plan.dataset_size}, k={plan.group_cap}"
+        if plan.unit == privacy.GROUP
+        else f"L={plan.expected_lot_size}, N={plan.dataset_size}"
+    )
     logging.info(
-        "Privacy plan: %s; σ=%.4f, C=%g, L=%d, N=%d, q=%.5f, T=%d steps; planned DP-SGD "
+        "Privacy plan: %s; σ=%.4f, C=%g, %s, q=%.5f, T=%d steps; planned DP-SGD "
         "ε=%.4g at δ=%g; with the vocabulary (%s)%s the total is ε=%.4g, δ=%.3g.",
         plan.bound,
         plan.noise_multiplier,
         plan.l2_clip,
-        plan.expected_lot_size,
-        plan.dataset_size,
+        counts,
         plan.sampling_rate,
         plan.num_steps,
         plan.epsilon_after(plan.num_steps),
@@ -306,6 +330,7 @@ def build_run(
         )
     else:
         lots = bridge.ShuffledLots(lot_indices, plan.expected_lot_size, seed=sampler_seed)
+    check_sampler_matches_plan(lots, plan)
 
     return RunPieces(
         config=run,

@@ -34,8 +34,15 @@ def privacy_line(report: PrivacyReport) -> str:
             f"{_epsilon(if_secret)} at δ = {report.dp_sgd_delta:g} with a secret seed ({sampling})."
         )
     delta = report.total_delta if report.total_delta is not None else report.dp_sgd_delta
+    unit = report.privacy_unit
+    per = (
+        f" per whole group (dp.unit=group: a user or document, at most k = {unit.group_cap} "
+        "of its pairs per lot)"
+        if unit is not None and unit.unit == "group"
+        else " per sentence pair"
+    )
     return (
-        f"Privacy: ε = {_epsilon(report.dp_sgd_epsilon)} for DP-SGD ({sampling}); "
+        f"Privacy{per}: ε = {_epsilon(report.dp_sgd_epsilon)} for DP-SGD ({sampling}); "
         f"ε = {_epsilon(report.total_epsilon)} in total at δ = {delta:g} ({report.composition})."
     )
 

@@ -179,3 +179,21 @@ def test_bad_shapes_name_the_fix(row_mask, match):
         group_clipping.group_clipped_sum(
             loss_fn, params, batch, row_mask, l2_clip=1.0, clipping="vmap"
         )
+
+
+def test_the_lot_s_loss_sum_counts_only_the_kept_groups_rows():
+    """A group dropped as non-finite adds no loss, and its rows do not scale the kept mean."""
+    from dpnmt.core import dp_step
+
+    def loss_fn(w, row):  # ONE row's loss.
+        return jnp.sum((row["x"] @ w - row["y"]) ** 2)
+
+    w = jnp.ones((3,))
+    x = np.ones((2, 2, 3), np.float32)
+    x[1, 0, 0] = np.nan  # Group 1 is non-finite: dropped.
+    batch = {"x": jnp.asarray(x), "y": jnp.zeros((2, 2))}
+    row_mask = jnp.array([[1, 1], [1, 1]])
+    _, loss_sum = dp_step.add_group_microbatch(
+        dp_step.init(w), loss_fn, w, batch, row_mask, l2_clip=1.0, clipping="vmap"
+    )
+    assert float(loss_sum) == pytest.approx(2 * 9.0)  # Group 0's two rows, 9 each.

@@ -184,6 +184,9 @@ def test_group_unit_trains_and_results_json_reports_epsilon_per_group(tmp_path, 
         )
     )
     assert unit["epsilon_per_group"] == pytest.approx(accountant.get_epsilon(1e-3), rel=1e-6)
+    # Of the private train split only N_groups is published, not its number of pairs.
+    published = json.loads((tmp_path / "run" / "results.json").read_text())["preprocessing"]
+    assert published["train"] == {"num_groups": 12}
     # A public vocabulary: the total is DP-SGD's ε per group.
     assert loaded["total_epsilon"] == unit["epsilon_per_group"] == loaded["dp_sgd_epsilon"]
     # The sampler's state (secret) went to private/ for an exact resume.
@@ -222,3 +225,62 @@ def test_group_unit_refuses_a_pretrained_export_whose_per_pair_epsilon_composes(
         assert bool(problems) == refused
         if refused:
             assert "model.pretrained_data_disjoint=True" in problems[0]
+            assert "share no group (user or document" in problems[0]
+            assert "no example" not in problems[0]
+
+
+def test_group_unit_refuses_validation_carved_from_train_pair_by_pair(tmp_path):
+    """Carving cuts groups: some of a group's pairs would be scored unnoised in validation."""
+    from dpnmt.training import pieces, preflight
+
+    config = _group_run_config(tmp_path, "vmap")
+    (tmp_path / "corpus" / "validation.tsv").unlink()
+    config.data.validation_size = 5
+    workdir = str(tmp_path / "run")
+    with pytest.raises(ConfigError) as error:
+        preflight.check_run(RunConfig.of(config), workdir, load_corpus=pieces.load_corpus)
+    message = str(error.value)
+    assert "dp.unit='group' with a validation split carved" in message
+    assert "data.validation_size" in message and "own validation split" in message
+    assert not (tmp_path / "run").exists()
+    config.dp.unit = "example"  # Carving stays allowed per pair (reported as not covered).
+    preflight.check_run(RunConfig.of(config), workdir, load_corpus=pieces.load_corpus)
+
+
+def test_an_example_run_from_a_group_export_says_the_whole_group_must_be_removed():
+    from dpnmt.training.privacy_report import PretrainedClaim, adjacency
+
+    group_adjacency = adjacency(_group_plan(noise_multiplier=1.2))
+    dp, train = _configs(delta=1e-5, noise_multiplier=1.2)
+    train.expected_lot_size, train.num_epochs = 6, 1
+    plan = privacy.plan_privacy(dp, train, dataset_size=968)
+    export = PretrainedClaim(True, True, False, 3.0, 1e-9, "an export", None, group_adjacency)
+    composition = privacy_report(plan, plan.num_steps, VOCAB, pretrained=export).composition
+    assert "different neighbouring datasets" in composition
+    assert "under the export's group relation it holds only if the example's whole group" in (
+        composition
+    )
+    same = PretrainedClaim(True, True, False, 3.0, 1e-9, "an export", None, adjacency(plan))
+    assert "whole group" not in privacy_report(plan, 1, VOCAB, pretrained=same).composition
+
+
+def test_a_group_run_publishes_n_groups_not_the_number_of_pairs():
+    from dpnmt.training.loop import published_train_counts
+
+    assert published_train_counts(_group_plan(noise_multiplier=1.2)) == {"num_groups": 42}
+    dp, train = _configs(delta=1e-5, noise_multiplier=1.2)
+    train.expected_lot_size, train.num_epochs = 6, 1
+    example = privacy.plan_privacy(dp, train, dataset_size=968)
+    assert published_train_counts(example) == {"num_kept": 968}  # N, as before.
+
+
+def test_setup_refuses_a_sampler_whose_q_is_not_the_plan_s():
+    from dpnmt import bridge
+    from dpnmt.training.setup import check_sampler_matches_plan
+
+    plan = _group_plan(noise_multiplier=1.2)  # q = 6 / 42.
+    groups = [f"user{i % 42}" for i in range(84)]  # Group label of each of 84 examples.
+    check_sampler_matches_plan(bridge.PoissonGroupLots(groups, 6, 8, seed=1), plan)
+    with pytest.raises(RuntimeError, match="differs from the privacy plan's"):
+        fewer = bridge.PoissonGroupLots(groups[:41], 6, 8, seed=1)  # N_groups 41.
+        check_sampler_matches_plan(fewer, plan)

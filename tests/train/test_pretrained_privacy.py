@@ -404,3 +404,18 @@ def test_an_export_trained_on_another_corpus_may_be_declared_disjoint(model_fold
     (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(False)}))
     assert pretrained_privacy.declared_text_problems(RunConfig.of(config), corpus) == []
     assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []
+
+
+def test_a_group_run_is_told_disjoint_means_sharing_no_group(tmp_path):
+    """With dp.unit=group the neighbour is a whole group: data declared disjoint must
+    share no group (user, document), not merely no sentence pair."""
+    pretrained_privacy = _pretrained_privacy()
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "dpnmt.json").write_text(json.dumps({"privacy": _record(private=False)}))
+    config = _config(tmp_path, str(folder))
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
+    assert "share no example with this run's" in problem
+    config.dp.unit, config.dp.group_cap = "group", 4
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
+    assert "share no group (user or document" in problem and "no example" not in problem

@@ -239,3 +239,15 @@ def test_noise_mode_reaches_the_plan_the_step_and_results_json():
         assert report["noise_mode"] == mode
     del report["noise_mode"]  # A results.json written before the field existed.
     assert PrivacyReport.from_json(report).noise_mode == "float"
+
+
+def test_progress_rate_counts_what_l_counts(caplog):
+    """L counts groups with dp.unit=group: the rate is groups/s, not examples/s."""
+    for unit, counted in (("group", "groups/s"), ("example", "examples/s")):
+        dp, train = _configs(noise_multiplier=1.0, unit=unit, group_cap=4)
+        plan = privacy.plan_privacy(dp, train, dataset_size=5_000, num_groups=500)
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            metrics.log_progress(_Writer(), plan, 3, 2.0, None)
+        (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+        assert f"~{2.0 * plan.expected_lot_size:.1f} {counted} (L x lots/s" in line, line

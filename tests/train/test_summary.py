@@ -44,3 +44,18 @@ def test_a_non_private_run_and_a_run_without_test_scores():
     privacy, test, *_ = summary.end_of_run_lines(results, "w")
     assert privacy == "Privacy: non-private run: no guarantee (ε = ∞)."
     assert test.startswith("Test: not scored")
+
+
+def test_the_privacy_line_names_the_unit_its_epsilon_is_for():
+    from dpnmt import config_lib, privacy
+
+    config = config_lib.base_config()
+    config.dp.update(unit="group", group_cap=8, delta=1e-5, noise_multiplier=1.2)
+    config.train.expected_lot_size, config.train.num_epochs = 6, 1
+    plan = privacy.plan_privacy(config.dp, config.train, dataset_size=968, num_groups=42)
+    privacy_line, *_ = summary.end_of_run_lines(_results(plan)[0], "w")
+    assert privacy_line.startswith("Privacy per whole group (dp.unit=group")
+    assert "k = 8" in privacy_line
+    assert "42" not in privacy_line and "968" not in privacy_line  # No count (N_groups, pairs).
+    privacy_line, *_ = summary.end_of_run_lines(_results(small_plan())[0], "w")
+    assert privacy_line.startswith("Privacy per sentence pair: ε = ")
