@@ -389,7 +389,7 @@ def _clipped_sum(
     for call, x, g in zip(plan, captured, out_grads, strict=True):
         for name, index in call.roles:
             uses[index].append(
-                uses_of(call.kind, name, x, g, batch_size, tuple(leaves[index].shape))
+                uses_of(call.kind, name, x, g, batch_size, tuple(leaves[index].shape), g.shape[-1])
             )
 
     squared = jnp.zeros((batch_size,), jnp.float32)
