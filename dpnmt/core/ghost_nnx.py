@@ -26,10 +26,18 @@ was merged in (an `nnx.Param` that `loss_fn` reassigns or that stores a
 `Ref` simply falls back).
 
 Stateful randomness: `loss_fn` runs on a fresh copy per trace, so mutations it
-makes to the model (an `nnx.Rngs` counter, batch statistics) are discarded,
-and randomness drawn from an `nnx.Rngs` held by the model is the SAME for every
-example. Pass `key=` and build per-example randomness from the key `loss_fn`
-receives instead (e.g. `model.dropout(x, rngs=nnx.Rngs(dropout=key))`).
+makes to the model (batch statistics) are discarded; an `nnx.Dropout` drawing
+from an `nnx.Rngs` held by the model fails with flax's `TraceContextError`
+(its counter cannot be mutated there). Pass `dropout_key=` and build
+per-example randomness from the key `loss_fn` receives instead (e.g.
+`model.dropout(x, rngs=nnx.Rngs(dropout=key))`).
+
+`loss_fn` is traced twice (the analysis, then the per-example pass) and must
+trace the same way both times: Python state that changes what it reads (a call
+counter, a cache) can make the second pass read a recognised kernel directly,
+and that term is then missing from both the norm and the sum (the row stays
+clipped to C; its gradient is wrong). The linen path (`ghost`) has the same
+requirement.
 """
 
 from __future__ import annotations

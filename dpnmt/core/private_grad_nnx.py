@@ -71,7 +71,9 @@ def private_grad_sum_nnx(
         with the traced parameters), never one it closes over, and its loss
         must depend on that example alone. Changes it makes to the model are
         discarded; draw per-example randomness from its `key`, not from an
-        `nnx.Rngs` inside the model (that would repeat across examples).
+        `nnx.Rngs` inside the model (flax then raises `TraceContextError`).
+        It is traced twice and must trace the same way both times
+        (`ghost_nnx`).
       model: an `nnx.Module`, or the `(graphdef, *states)` of `nnx.split` (e.g.
         inside `jax.jit`). Not modified.
       batch: pytree, every leaf `[B, ...]`.
