@@ -86,3 +86,21 @@ def shared_compilation_cache(_compilation_cache_dir):
     for name, value in before.items():
         jax.config.update(name, value)
     compilation_cache.reset_cache()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the measured heavy tests (tests/fast_lane_heavy.txt) slow: the fast lane ≤ 5 min."""
+    import pathlib
+
+    listed = pathlib.Path(__file__).with_name("fast_lane_heavy.txt").read_text().splitlines()
+    heavy = {line.strip() for line in listed if line.strip() and not line.startswith("#")}
+    found = set()
+    for item in items:
+        if item.nodeid in heavy:
+            item.add_marker(pytest.mark.slow)
+            found.add(item.nodeid)
+    # A renamed test must leave the list too (only checked when the whole suite is collected).
+    if len(items) > 1000 and not config.getoption("-k") and heavy - found:
+        raise pytest.UsageError(
+            f"tests/fast_lane_heavy.txt names tests that do not exist: {sorted(heavy - found)[:3]}"
+        )
