@@ -85,11 +85,12 @@ from dpnmt.core.ghost_norms import CONV as _CONV
 from dpnmt.core.ghost_norms import DENSE as _DENSE
 from dpnmt.core.ghost_norms import LOOKUP as _LOOKUP
 from dpnmt.core.ghost_norms import Use as _Use
-from dpnmt.core.ghost_norms import ghost_squared_norm as _ghost_squared_norm
-from dpnmt.core.ghost_norms import materialise as _materialise
+from dpnmt.core.ghost_norms import clipped_sum as _clipped_sum
+from dpnmt.core.ghost_norms import ghost_squared_norm as _ghost_squared_norm  # noqa: F401
+from dpnmt.core.ghost_norms import materialise as _materialise  # noqa: F401
 from dpnmt.core.ghost_norms import prefer_ghost as _prefer_ghost
 from dpnmt.core.ghost_norms import uses_of as _uses_of
-from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum
+from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum  # noqa: F401
 
 
 class GhostClippingWarning(UserWarning):
@@ -350,45 +351,7 @@ def ghost_clipped_sum(
                 _uses_of(call.kind, name, x, g, batch_size, tuple(leaves[index].shape), call.width)
             )
 
-    squared = jnp.zeros((batch_size,), jnp.float32)
-    materialised = {}
-    for index in sorted(handled):
-        shape = tuple(leaves[index].shape)
-        if _prefer_ghost(uses[index], shape):
-            squared = squared + _ghost_squared_norm(uses[index], batch_size)
-        else:
-            grads = sum(_materialise(u, shape) for u in uses[index])
-            materialised[index] = grads
-            squared = squared + jnp.sum(jnp.square(grads.reshape(batch_size, -1)), axis=1)
-    for grads in fallback_grads:
-        flat = grads.astype(jnp.float32).reshape(batch_size, -1)
-        squared = squared + jnp.sum(jnp.square(flat), axis=1)
-    # Raised by the float32 rounding of the materialised and fallback sums of
-    # squares (ghost norms carry their own allowance): a norm computed low would
-    # let a clipped row exceed C.
-    summed = [math.prod(g.shape[1:]) for g in [*materialised.values(), *fallback_grads]]
-    norms = jnp.sqrt(squared) * clipping.norm_rounding_factor(
-        max(summed, default=1), len(handled) + len(fallback_grads)
+    sums, norms = _clipped_sum(
+        uses, fallback, fallback_grads, leaves, mask, l2_clip, prefer=_prefer_ghost
     )
-
-    keep, weights = clipping.clip_factors(norms, l2_clip, mask)
-
-    def weighted(grads):
-        row = keep.reshape((-1,) + (1,) * (grads.ndim - 1))
-        scaled = grads.astype(jnp.float32) * weights.reshape(row.shape)
-        return jnp.sum(jnp.where(row, scaled, 0.0), axis=0)
-
-    sums = [None] * len(leaves)
-    for index, grads in zip(fallback, fallback_grads, strict=True):
-        sums[index] = weighted(grads)
-    for index in handled:
-        shape = tuple(leaves[index].shape)
-        if index in materialised:
-            sums[index] = weighted(materialised[index])
-        else:
-            sums[index] = sum(_weighted_sum(u, weights, shape) for u in uses[index])
-    sums = [
-        s.reshape(v.shape).astype(jnp.promote_types(v.dtype, jnp.float32))
-        for s, v in zip(sums, leaves, strict=True)
-    ]
     return treedef.unflatten(sums), norms, losses

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,11 +59,9 @@ from dpnmt.core.ghost_norms import (
     ATTEND,
     DENSE,
     LOOKUP,
-    ghost_squared_norm,
-    materialise,
+    clipped_sum,
     prefer_ghost,
     uses_of,
-    weighted_sum,
 )
 from dpnmt.core.ghost_norms import Use as _Use
 
@@ -400,37 +397,4 @@ def _clipped_sum(
                 uses_of(call.kind, name, x, g, batch_size, tuple(leaves[index].shape), g.shape[-1])
             )
 
-    squared = jnp.zeros((batch_size,), jnp.float32)
-    materialised = {}
-    for index in sorted(handled):
-        shape = tuple(leaves[index].shape)
-        if prefer_ghost(uses[index], shape):
-            squared = squared + ghost_squared_norm(uses[index], batch_size)
-        else:
-            grads = sum(materialise(u, shape) for u in uses[index])
-            materialised[index] = grads
-            squared = squared + jnp.sum(jnp.square(grads.reshape(batch_size, -1)), axis=1)
-    for grads in fallback_grads:
-        flat = grads.astype(jnp.float32).reshape(batch_size, -1)
-        squared = squared + jnp.sum(jnp.square(flat), axis=1)
-    # The float32 rounding of the materialised and fallback sums of squares (the
-    # ghost norms carry their own allowance): a norm computed low lets a row exceed C.
-    summed = [math.prod(g.shape[1:]) for g in [*materialised.values(), *fallback_grads]]
-    norms = jnp.sqrt(squared) * clipping.norm_rounding_factor(
-        max(summed, default=1), len(handled) + len(fallback_grads)
-    )
-    keep, weights = clipping.clip_factors(norms, l2_clip, mask)
-
-    sums = [None] * len(leaves)
-    for index, grads in zip(fallback, fallback_grads, strict=True):
-        sums[index] = clipping.weighted_row_sum(grads, weights, keep)
-    for index in handled:
-        shape = tuple(leaves[index].shape)
-        if index in materialised:
-            sums[index] = clipping.weighted_row_sum(materialised[index], weights, keep)
-        else:
-            sums[index] = sum(weighted_sum(u, weights, shape) for u in uses[index])
-    sums = [
-        s.astype(jnp.promote_types(v.dtype, jnp.float32)) for s, v in zip(sums, leaves, strict=True)
-    ]
-    return sums, norms
+    return clipped_sum(uses, fallback, fallback_grads, leaves, mask, l2_clip, prefer=prefer_ghost)

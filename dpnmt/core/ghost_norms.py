@@ -19,6 +19,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from dpnmt.core import clipping
+
 # The recognised module calls.
 DENSE, CONV, LOOKUP, ATTEND = "dense", "conv", "lookup", "attend"
 
@@ -177,3 +179,58 @@ def weighted_sum(use: Use, weights: chex.Array, shape: tuple[int, ...]) -> chex.
     if use.kind == "factor":
         return jnp.einsum("btn,btm->nm", jnp.where(keep, use.x, 0.0), y, precision=_EXACT)
     return jnp.zeros(shape, jnp.float32).at[use.x.reshape(-1)].add(y.reshape(-1, shape[-1]))
+
+
+def clipped_sum(uses, fallback, fallback_grads, leaves, mask, l2_clip, prefer=prefer_ghost):
+    """Per-example norms and the clip-weighted sums of a ghost pass (linen and NNX alike).
+
+    Args:
+      uses: leaf index -> its `Use`s, for every leaf handled by recognised calls.
+      fallback: leaf indices that got per-example gradients instead.
+      fallback_grads: their per-example gradients, `[B, *leaf shape]` each.
+      leaves: the trainable leaves (their shapes and dtypes shape the sums).
+      mask: `[B]` 0/1; padding rows get weight exactly 0.
+      l2_clip: C.
+      prefer: `prefer_ghost` or a replacement (tests force either norm rule).
+
+    Returns:
+      `(sums, norms)`: a float32-or-wider sum per leaf (list, in leaf order) and
+      the float32 `[B]` norms, raised by the float32 rounding bound of the
+      materialised and fallback sums of squares (the ghost norms carry their
+      own allowance): a norm computed low would let a clipped row exceed C.
+      Both PRIVATE.
+    """
+    batch_size = mask.shape[0]
+    squared = jnp.zeros((batch_size,), jnp.float32)
+    materialised = {}
+    for index in sorted(uses):
+        shape = tuple(leaves[index].shape)
+        if prefer(uses[index], shape):
+            squared = squared + ghost_squared_norm(uses[index], batch_size)
+        else:
+            grads = sum(materialise(u, shape) for u in uses[index])
+            materialised[index] = grads
+            squared = squared + jnp.sum(jnp.square(grads.reshape(batch_size, -1)), axis=1)
+    for grads in fallback_grads:
+        flat = grads.astype(jnp.float32).reshape(batch_size, -1)
+        squared = squared + jnp.sum(jnp.square(flat), axis=1)
+    summed = [math.prod(g.shape[1:]) for g in [*materialised.values(), *fallback_grads]]
+    norms = jnp.sqrt(squared) * clipping.norm_rounding_factor(
+        max(summed, default=1), len(uses) + len(fallback_grads)
+    )
+    keep, weights = clipping.clip_factors(norms, l2_clip, mask)
+
+    sums = [None] * len(leaves)
+    for index, grads in zip(fallback, fallback_grads, strict=True):
+        sums[index] = clipping.weighted_row_sum(grads, weights, keep)
+    for index in uses:
+        shape = tuple(leaves[index].shape)
+        if index in materialised:
+            sums[index] = clipping.weighted_row_sum(materialised[index], weights, keep)
+        else:
+            sums[index] = sum(weighted_sum(u, weights, shape) for u in uses[index])
+    sums = [
+        s.reshape(v.shape).astype(jnp.promote_types(v.dtype, jnp.float32))
+        for s, v in zip(sums, leaves, strict=True)
+    ]
+    return sums, norms
