@@ -5,11 +5,13 @@ the commands the README gives, the config they name, and the plan that
 config resolves to.
 """
 
+import json
 import pathlib
 import re
 
 import pytest
 
+from dpnmt import config_lib
 from dpnmt.config import RunConfig
 from tests.small_configs import config_module, load_config
 
@@ -58,3 +60,15 @@ def test_the_readme_states_the_first_runs_lots():
 def test_the_first_run_refuses_other_variants_and_names_the_private_recipe(variant):
     with pytest.raises(ValueError, match=r"configs/multi30k\.py:eps8"):
         load_config("first_run", variant)
+
+
+def test_the_readme_quotes_the_committed_first_run():
+    """docs/results/first_run: the measured run (fresh clone, empty caches) the README quotes."""
+    folder = ROOT / "docs" / "results" / "first_run"
+    results = json.loads((folder / "results.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    assert config == config_lib.published_config(RunConfig.parse(load_config("first_run")))
+    assert not results["privacy"]["private"] and results["steps_done"] == 453
+    test = results["test"]
+    quoted = f"Test 2016 BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"
+    assert quoted in " ".join((ROOT / "README.md").read_text().split())  # Lines rewrapped.
