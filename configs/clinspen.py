@@ -10,6 +10,7 @@ def _customize(c):
     c.data.max_target_length = 128
     c.model.name_or_path = "google/mt5-small"
     c.tokenizer.kind = "pretrained"
+    c.dp.group_cap = 8  # k, read only with --config.dp.unit=group (a group: one case report).
     c.train.expected_lot_size = 128
     c.train.physical_batch_size = 16
     c.train.num_epochs = 10

@@ -2,6 +2,7 @@ r"""Writes a privacy/utility report: a sweep's Table 3 and plots, or one table o
 
     python -m dpnmt.report --workdir=runs/grid [--out=runs/grid/report]
     python -m dpnmt.report --runs='docs/results/a,docs/results/b/*' --out=docs/results/table
+    python -m dpnmt.report --groups --runs=docs/results/groups_bsd/pair,... --out=OUT
 
 `--workdir`: a sweep's folder: reads `<workdir>/sweep.json` (from `python -m dpnmt.sweep`) and
 each finished run's results.json; writes `table.md`, `table.csv`,
@@ -18,6 +19,10 @@ measured curves (labelled as such) and sample test translations under the
 table in `table.md`, and `learning_curves.png` (validation loss and BLEU by
 epoch). Every private run's ε is recomputed with dp_accounting from its
 results.json; a run whose ε disagrees is refused before anything is written.
+
+`--groups` (with `--runs`): instead, the per-pair vs per-group table of
+finished runs (`dpnmt.sweeps.groups_table`: unit, N, L, k, σ, steps, ε per
+pair and per group, vocabulary, test BLEU) in `--out`/table.md.
 """
 
 import os
@@ -30,6 +35,7 @@ from dpnmt.errors import ConfigError
 _WORKDIR = flags.DEFINE_string("workdir", None, "A sweep's --workdir, or one run's.")
 _RUNS = flags.DEFINE_list("runs", None, "Run folders or globs (instead of --workdir).")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/report).")
+_GROUPS = flags.DEFINE_bool("groups", False, "--runs: the per-pair vs per-group table.")
 _SAMPLES = flags.DEFINE_integer("samples", 3, "--runs: test translations shown per run.")
 _EXTRAPOLATE_TO = flags.DEFINE_float(
     "extrapolate_to", None, "--runs: epoch to extrapolate to (default: twice each run's last)."
@@ -42,11 +48,17 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if (_WORKDIR.value is None) == (_RUNS.value is None):
         raise ConfigError("Give exactly one of --workdir (a sweep or run) or --runs (run folders).")
+    if _GROUPS.value and _RUNS.value is None:
+        raise ConfigError("--groups needs --runs: the run folders of the table.")
     from dpnmt.sweeps import report  # noqa: PLC0415 - heavy (plots, accounting): not for --help.
 
     if _RUNS.value is not None:
         if _OUT.value is None:
             raise ConfigError("--runs needs --out: the folder to write the table to.")
+        if _GROUPS.value:
+            print(report.write_groups_report(_RUNS.value, _OUT.value))
+            print(f"Wrote {report.TABLE_MD} to {_OUT.value}")
+            return
         markdown = report.write_runs_report(
             _RUNS.value, _OUT.value, samples=_SAMPLES.value, extrapolate_to=_EXTRAPOLATE_TO.value
         )

@@ -67,3 +67,18 @@ def test_readme_runs_tables_are_the_committed_runs_results():
         assert runs and not not_finished, folders
         expected = runs_table.to_markdown([runs_table.row(r) for r in runs], []).split("\n\n")[0]
         assert table.strip() == expected.strip(), folders
+
+
+def test_groups_tables_are_the_committed_runs_results():
+    # Each `<!-- groups table: FOLDER,FOLDER -->` marker is followed by the table
+    # that `dpnmt.report --groups --runs=FOLDER,FOLDER` makes from those runs.
+    from dpnmt.sweeps import groups_table, runs_table
+
+    markers = re.findall(r"<!-- groups table: (\S+) -->\n((?:\|.*\n)+)", _text())
+    assert markers, "the groups table lost its marker"
+    for folders, table in markers:
+        paths = [str(README.parent / f) for f in folders.split(",")]
+        runs, not_finished = runs_table.load_runs(paths)
+        assert runs and not not_finished, folders
+        expected = groups_table.to_markdown([groups_table.row(r) for r in runs]).split("\n\n")[0]
+        assert table.strip() == expected.strip(), folders

@@ -42,7 +42,8 @@ def test_every_committed_private_run_recomputes_its_epsilon_with_dp_accounting()
         check = epsilon_check.check_run(privacy)
         assert check.agrees and check.recomputed is not None, (folder, check)
         assert check.recomputed == pytest.approx(privacy["dp_sgd_epsilon"], rel=1e-3)
-        assert check.total_recomputed == pytest.approx(privacy["total_epsilon"], rel=1e-3)
+        # float(): a vocabulary outside the guarantee publishes total ε "inf".
+        assert check.total_recomputed == pytest.approx(float(privacy["total_epsilon"]), rel=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -17,22 +17,13 @@ Privacy note: which groups and rows a lot holds, and how many, are private.
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
+from dpnmt.bridge.draws import PoissonDraws, bernoulli_members
 from dpnmt.bridge.lot import INDEX_DTYPE
-from dpnmt.bridge.lots import (
-    _check_state,
-    _generator_state,
-    _os_words,
-    _seeded_generator,
-    _set_generator_state,
-    bernoulli_members,
-    lot_sampling_rate,
-)
 from dpnmt.bridge.microbatch import EXAMPLE_INDEX, MASK, PADDING_INDEX
 
 
@@ -74,7 +65,7 @@ def group_members(groups: Sequence[Any]) -> list[np.ndarray]:
     return [np.asarray(rows, dtype=INDEX_DTYPE) for rows in members.values()]
 
 
-class PoissonGroupLots:
+class PoissonGroupLots(PoissonDraws):
     """Poisson lots of whole groups, each bringing at most k of its examples.
 
     Each lot: one uniform 64-bit word per group decides (independently, with
@@ -116,29 +107,10 @@ class PoissonGroupLots:
         self._members = group_members(groups)
         self._num_examples = int(len(groups))
         self._num_groups = len(self._members)
-        self._sampling_rate = lot_sampling_rate(self._num_groups, expected_lot_size)
-        self._expected_lot_size = int(expected_lot_size)
         if isinstance(group_cap, bool) or int(group_cap) != group_cap or group_cap < 1:
             raise ValueError(f"group_cap k = {group_cap!r} must be an int >= 1.")
         self._group_cap = int(group_cap)
-        self._num_steps_per_epoch = self._num_groups // self._expected_lot_size
-        self._generator: np.random.Generator | None = None
-        if secure_rng:
-            if jax.process_count() > 1:
-                raise ValueError(
-                    "secure_rng=True draws different lots in each process; pass the same "
-                    "secret seed to every process instead."
-                )
-            if seed is not None:
-                raise ValueError("a seed is not allowed with secure_rng=True.")
-        elif seed is None:
-            raise ValueError(
-                "PoissonGroupLots needs seed=<int> (a secret seed) or secure_rng=True."
-            )
-        else:
-            self._generator = _seeded_generator(seed)
-        self._epoch = 0
-        self._step = 0
+        self._start_draws(self._num_groups, expected_lot_size, seed, secure_rng)
 
     @property
     def num_groups(self) -> int:
@@ -149,26 +121,6 @@ class PoissonGroupLots:
     def group_cap(self) -> int:
         """k, the most examples one group adds to a lot."""
         return self._group_cap
-
-    @property
-    def num_steps_per_epoch(self) -> int:
-        """Lots per epoch, N_groups // L_groups."""
-        return self._num_steps_per_epoch
-
-    @property
-    def sampling_rate(self) -> float:
-        """The sampling rate q = L_groups / N_groups."""
-        return self._sampling_rate
-
-    @property
-    def expected_lot_size(self) -> int:
-        """L_groups, the constant the noisy lot gradient is divided by."""
-        return self._expected_lot_size
-
-    def _words(self, count: int) -> np.ndarray:
-        if self._generator is None:
-            return _os_words(count)
-        return np.asarray(self._generator.bit_generator.random_raw(count), dtype=np.uint64)
 
     def _draw(self) -> GroupLot:
         sampled = bernoulli_members(self._words(self._num_groups), self._sampling_rate)
@@ -187,9 +139,7 @@ class PoissonGroupLots:
         """Yields lots forever from the current (epoch, step); one iterator at a time."""
         while True:
             lot = self._draw()
-            self._step += 1
-            if self._step == self._num_steps_per_epoch:
-                self._epoch, self._step = self._epoch + 1, 0
+            self._advance()
             yield lot
 
     def _identity(self) -> dict[str, Any]:
@@ -200,33 +150,6 @@ class PoissonGroupLots:
             "expected_lot_size": self._expected_lot_size,
             "group_cap": self._group_cap,
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        """Position after the last lot drawn (JSON-serialisable; keep it private)."""
-        return {
-            **self._identity(),
-            "epoch": self._epoch,
-            "step": self._step,
-            "bit_generator_state": (
-                None if self._generator is None else _generator_state(self._generator)
-            ),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores a `state_dict()`; a new `iter()` continues the saved sequence.
-
-        Raises:
-          ValueError: the state is from another scheme, N, N_groups, L_groups or k.
-        """
-        _check_state(state, self._identity())
-        if self._generator is not None:
-            if state.get("bit_generator_state") is None:
-                raise ValueError(
-                    "the saved sampler state has no generator state (a secure_rng run?); "
-                    "resume it with the same settings."
-                )
-            _set_generator_state(self._generator, state["bit_generator_state"])
-        self._epoch, self._step = int(state["epoch"]), int(state["step"])
 
 
 def to_group_microbatches(lot: GroupLot, physical_batch_size: int) -> list[dict[str, np.ndarray]]:
