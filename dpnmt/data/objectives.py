@@ -10,13 +10,18 @@ per text, epoch and run secret).
 Span corruption (Raffel et al. 2020, T5 section 3.1.4): for a text of n ≥ 2
 tokens, `noise_tokens = clip(round(n * noise_density), 1, n - 1)` tokens are
 masked, in `spans = clip(round(noise_tokens / mean_span_length), 1,
-min(noise_tokens, n - noise_tokens))` spans; the noise and the kept tokens are
-each cut into `spans` non-empty runs at uniformly random cut points and
-interleaved kept run first (T5's `random_spans_noise_mask`). Inputs: the text
-with span i replaced by `sentinel_ids[i]`; targets: `sentinel_ids[i]` then span
-i, for each span in order. (T5 caps `spans` only at 1; the upper cap here keeps
-every run non-empty for any density.) Texts of fewer than 2 tokens are left
-whole: inputs = ids, targets empty.
+min(noise_tokens, n - noise_tokens))` spans; the noise tokens are cut into
+`spans` non-empty runs at uniformly random cut points (as T5's
+`random_spans_noise_mask`), and the runs are placed, in order, at `spans`
+distinct gaps drawn uniformly from the n - noise_tokens + 1 gaps around the kept
+tokens (so spans never touch, and one may start or end the text). Inputs: the
+text with span i replaced by `sentinel_ids[i]`; targets: `sentinel_ids[i]` then
+span i, for each span in order. Two deviations from T5, both for short
+sentences: T5 interleaves kept and noise runs kept run first, so a text with
+one span always loses its END (most sentences here have one span; seqio's
+`random_roll` fixes the same); and T5 caps `spans` only below (at 1): the
+upper cap keeps every run non-empty for any density. Texts of fewer than 2
+tokens are left whole: inputs = ids, targets empty.
 
 Sentinels are T5's `<extra_id_0>`, `<extra_id_1>`, ... in that order
 (`sentinel_pieces`). T5/mT5 tokenizers have 100 of them; a dpnmt SentencePiece
@@ -123,14 +128,16 @@ def span_corruption(
         )
     noise = noise_token_count(n, noise_density)
     noise_runs = _random_run_lengths(noise, spans, rng)
-    kept_runs = _random_run_lengths(n - noise, spans, rng)
+    # Span i goes before kept token gaps[i] (distinct gaps: spans never touch).
+    gaps = np.sort(rng.choice(n - noise + 1, size=spans, replace=False))
     inputs, targets, start = [], [], 0
     for i in range(spans):
-        kept_end = start + kept_runs[i]
-        span_end = kept_end + noise_runs[i]
-        inputs += [ids[start:kept_end], [sentinel_ids[i]]]
-        targets += [[sentinel_ids[i]], ids[kept_end:span_end]]
+        span_start = gaps[i] + int(noise_runs[:i].sum())
+        span_end = span_start + noise_runs[i]
+        inputs += [ids[start:span_start], [sentinel_ids[i]]]
+        targets += [[sentinel_ids[i]], ids[span_start:span_end]]
         start = span_end
+    inputs.append(ids[start:])
     return (
         np.concatenate(inputs).astype(np.int64),
         np.concatenate(targets).astype(np.int64),

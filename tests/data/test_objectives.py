@@ -58,7 +58,8 @@ def test_span_corruption_reassembles_the_text_with_the_derived_counts(ids, seed,
     assert targets[-1] not in SENTINELS
     is_sentinel = np.isin(targets, SENTINELS)
     assert not np.any(is_sentinel[:-1] & is_sentinel[1:])
-    assert inputs[0] not in SENTINELS  # T5: a kept run comes first
+    is_sentinel = np.isin(inputs, SENTINELS)
+    assert not np.any(is_sentinel[:-1] & is_sentinel[1:])  # Spans never touch.
     assert len(inputs) == n - noise + spans
 
 
@@ -76,6 +77,18 @@ def test_span_corruption_masks_15_percent_in_spans_of_3_on_average():
     ids = list(range(3, 103))  # n = 100: 15 noise tokens in round(15/3) = 5 spans
     inputs, targets = objectives.span_corruption(ids, rng, sentinel_ids=SENTINELS)
     assert len(targets) == 15 + 5 and len(inputs) == 85 + 5
+
+
+def test_a_single_span_falls_anywhere_in_a_short_text():
+    """T5's layout always masked a one-span text's END; here each start is possible."""
+    ids = list(range(3, 23))  # n = 20: 3 noise tokens in 1 span, starts 0..17
+    starts = set()
+    for seed in range(400):
+        inputs, _ = objectives.span_corruption(
+            ids, np.random.default_rng(seed), sentinel_ids=SENTINELS
+        )
+        starts.add(int(np.flatnonzero(inputs == SENTINELS[0])[0]))
+    assert starts == set(range(18))  # P(a start missed) <= 18 (17/18)^400 ~ 1e-9
 
 
 def test_span_positions_vary_with_the_generator():
@@ -136,7 +149,9 @@ def test_prefix_lm_split_is_uniform_over_its_range():
 def test_find_sentinel_ids_names_the_fix_when_missing():
     vocab = {"<extra_id_0>": 50, "<extra_id_1>": 49}
     assert objectives.find_sentinel_ids(vocab.get, 2) == [50, 49]
-    with pytest.raises(ValueError, match=r"lacks the sentinel <extra_id_2>.*tokenizer.sentinels >= 3"):
+    with pytest.raises(
+        ValueError, match=r"lacks the sentinel <extra_id_2>.*tokenizer.sentinels >= 3"
+    ):
         objectives.find_sentinel_ids(vocab.get, 3)
     with pytest.raises(ValueError, match="distinct"):
         objectives.find_sentinel_ids({"<extra_id_0>": 5, "<extra_id_1>": 5}.get, 2)
