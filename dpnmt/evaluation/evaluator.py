@@ -97,6 +97,10 @@ class Evaluator:
         split = self._tokenized[name]
         if limit is not None and limit < len(split):
             split = split.select(range(limit))
+        if self._data.objective != "translation":
+            # Pre-training: the reference is the objective's target (the masked spans
+            # or the continuation, sentinels dropped by decoding), not a translation.
+            return split, self._tokenizer.decode(list(split["labels"]))
         originals = self._corpus[name]["translation"]
         references = [originals[i][self._target] for i in split["example_index"]]
         return split, references

@@ -165,6 +165,20 @@ def published_train_counts(plan: privacy.PrivacyPlan) -> dict[str, int]:
     return {"num_kept": plan.dataset_size}
 
 
+def objective_json(data) -> dict:
+    """results.json's "objective" (pre-training runs only): what an example and the unit are."""
+    if data.objective == "translation":
+        return {}
+    return {
+        "objective": {
+            "name": data.objective,
+            "language": data.text_language,
+            "unit": "one text (a line of data.objective_language): ε is stated for adding or "
+            "removing one text; N counts texts",
+        }
+    }
+
+
 def _results(
     run: RunPieces, state: LoopState, evaluator, params, start_step: int, train_seconds: float
 ) -> dict:
@@ -183,6 +197,7 @@ def _results(
             validation_is_private=record.validation_is_private,
             pretrained=record.pretrained,
         ).to_json(),
+        **objective_json(run.config.data),
         "history": state.history_json(),
         "stopped_early": state.stopped_early,
         "steps_done": state.step,
