@@ -236,6 +236,7 @@ def export_run(workdir: str, out_dir: str) -> str:
             vocabulary,
             validation_is_private=carved,
             pretrained=pretrained_privacy.recorded_claim(run, workdir),
+            example=run.data.example_unit,
         ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)

@@ -111,6 +111,7 @@ def decode_and_score(
             vocabulary,
             validation_is_private=pieces.validation_is_carved_from_train(corpus),
             pretrained=pretrained_privacy.recorded_claim(run, workdir),
+            example=run.data.example_unit,
         ).to_json()
     settings = evaluator_lib.EvalSettings(run.eval, run.data, run.train.physical_batch_size)
     evaluator = evaluator_lib.Evaluator(

@@ -196,6 +196,7 @@ def _results(
             record.vocabulary,
             validation_is_private=record.validation_is_private,
             pretrained=record.pretrained,
+            example=run.config.data.example_unit,
         ).to_json(),
         **objective_json(run.config.data),
         "history": state.history_json(),

@@ -117,8 +117,12 @@ def check_sampler_matches_plan(lots, plan: privacy.PrivacyPlan) -> None:
         )
 
 
-def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
-    planned = privacy_report(plan, plan.num_steps, vocabulary, pretrained=pretrained)
+def _log_plan(
+    plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None, example: str
+) -> None:
+    planned = privacy_report(
+        plan, plan.num_steps, vocabulary, pretrained=pretrained, example=example
+    )
     if pretrained is not None:
         logging.info("Pretrained model: %s.", pretrained.note)
     if planned.group_privacy is not None:
@@ -271,7 +275,7 @@ def build_run(
             lambda: run_dir.write_pretrained(pretrained.to_json()),
             "recording the starting model's privacy claim",
         )
-    _log_plan(plan, vocabulary, pretrained)
+    _log_plan(plan, vocabulary, pretrained, run.data.example_unit)
 
     # 7. Model and optimizer.
     with timer.phase("start-up: model init"):
