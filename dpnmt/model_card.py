@@ -187,7 +187,7 @@ def _scores_section(results: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def _objective_lines(data) -> list[str]:
+def _objective_lines(data, privacy: Mapping[str, Any]) -> list[str]:
     """The pre-training objective and its unit (`data.objective`); none for translation."""
     if data.objective == "translation":
         return []
@@ -200,7 +200,7 @@ def _objective_lines(data) -> list[str]:
     return [
         f"- objective: {data.objective}, {how}; on {data.text_language} text only "
         "(monolingual: not a translation model until fine-tuned)",
-        f"- unit of privacy: {data.example_unit}; N counts texts",
+        f"- unit of privacy: {privacy.get('example') or 'one text'}; N counts texts",
     ]
 
 
@@ -282,7 +282,7 @@ def render(
         f"- corpus: {public_corpus(data.corpus)}, direction {pair}",
         f"- max source / target tokens: {data.max_source_length} / {data.max_target_length}",
         f"- vocabulary: {_vocabulary_kind(run, privacy)}",
-        *_objective_lines(data),
+        *_objective_lines(data, privacy),
         f"- trained parameters: {_finetuning(model)}",
     ]
     if data.max_train_examples is not None:

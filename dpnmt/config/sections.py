@@ -154,16 +154,6 @@ class DataConfig(Section):
         return problems
 
     @property
-    def example_unit(self) -> str:
-        """What one training example is, in words (results.json's privacy "example")."""
-        if self.objective == "translation":
-            return "one sentence pair"
-        return (
-            f"one text (a line of {self.text_language} text; data.objective={self.objective}, "
-            "its example built from that text alone)"
-        )
-
-    @property
     def text_language(self) -> str:
         """The language an objective run reads (`objective_language`, else the source)."""
         return self.objective_language or self.pair.split("-")[0]

@@ -25,6 +25,20 @@ import numpy as np
 from dpnmt.data import objectives
 
 
+def example_unit(data) -> str:
+    """What one training example of a run is, in words (results.json's privacy "example").
+
+    Args:
+      data: the run's `DataConfig`.
+    """
+    if data.objective == "translation":
+        return "one sentence pair"
+    return (
+        f"one text (a line of {data.text_language} text; data.objective={data.objective}, "
+        "its example built from that text alone)"
+    )
+
+
 def monolingual_corpus(corpus: datasets.DatasetDict, language: str) -> datasets.DatasetDict:
     """Every split with both sides of each row set to its `language` text.
 

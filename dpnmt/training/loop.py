@@ -21,6 +21,7 @@ from typing import Any
 
 from dpnmt import distributed, models, privacy
 from dpnmt.config import RunConfig
+from dpnmt.data import text_objective
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
 from dpnmt.training import actions, checkpointing, interruption, steps
 from dpnmt.training.lot_runner import LotRunner
@@ -196,7 +197,7 @@ def _results(
             record.vocabulary,
             validation_is_private=record.validation_is_private,
             pretrained=record.pretrained,
-            example=run.config.data.example_unit,
+            example=text_objective.example_unit(run.config.data),
         ).to_json(),
         **objective_json(run.config.data),
         "history": state.history_json(),

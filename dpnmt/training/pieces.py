@@ -32,10 +32,16 @@ from dpnmt.data import (
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.data.languages import parse_pair
-from dpnmt.errors import ConfigError, ModelUnavailableError
+from dpnmt.errors import ConfigError, MissingInputError, ModelUnavailableError
 from dpnmt.models import lora
 from dpnmt.training import pretrained_privacy
-from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
+from dpnmt.training.run_dir import (
+    NOISE_SEED_FILE,
+    TOKENIZER_FILE,
+    VOCABULARY_RECORD_FILE,
+    RunDir,
+    derived_seed,
+)
 
 
 def load_corpus(data: DataConfig) -> datasets.DatasetDict:
@@ -260,6 +266,28 @@ def make_objective(
         prefix_min_fraction=data.prefix_min_fraction,
         prefix_max_fraction=data.prefix_max_fraction,
     )
+
+
+def trained_objective(
+    run: RunConfig, workdir: str, tokenizer: tokenizers.Tokenizer
+) -> text_objective.TextObjective | None:
+    """The objective a trained run used (its `private/` seed: the same draws); None: translation.
+
+    Raises:
+      MissingInputError: an objective run whose `private/` seed is missing (a published copy).
+    """
+    if run.data.objective == "translation":
+        return None
+    run_dir = RunDir(workdir)
+    path = run_dir.private_file(NOISE_SEED_FILE)
+    if not os.path.isfile(path):
+        raise MissingInputError(
+            f"{path} does not exist: decoding a data.objective={run.data.objective!r} run "
+            "rebuilds its evaluation examples from the run's secret seed; give the run's own "
+            "--workdir (with private/), not a published copy."
+        )
+    seed = run_dir.noise_seed(run, resuming=True)
+    return make_objective(run.data, tokenizer, derived_seed(seed, "objective"))
 
 
 def tokenize_corpus(

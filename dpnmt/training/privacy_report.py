@@ -339,7 +339,7 @@ def privacy_report(
       validation_is_private: whether validation pairs were carved from train.
       pretrained: what the starting model adds (`pretrained_privacy.pretrained_claim`);
         None when trained from scratch.
-      example: what one training example is (`DataConfig.example_unit`), or None.
+      example: what one training example is (`data.text_objective.example_unit`), or None.
     """
     sgd_epsilon = plan.epsilon_after(plan.num_steps)
     optional: dict[str, Any] = {}

@@ -20,6 +20,7 @@ import jax
 from dpnmt import bridge, config_lib, core, distributed, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import checks as data_checks
+from dpnmt.data import text_objective
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
@@ -275,7 +276,7 @@ def build_run(
             lambda: run_dir.write_pretrained(pretrained.to_json()),
             "recording the starting model's privacy claim",
         )
-    _log_plan(plan, vocabulary, pretrained, run.data.example_unit)
+    _log_plan(plan, vocabulary, pretrained, text_objective.example_unit(run.data))
 
     # 7. Model and optimizer.
     with timer.phase("start-up: model init"):

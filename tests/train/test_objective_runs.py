@@ -133,6 +133,32 @@ def test_a_resumed_span_corruption_run_equals_the_whole_run(tmp_path):
     report = json.loads((whole / "results.json").read_text())
     assert report["objective"]["name"] == "span_corruption"
     assert "one text" in report["objective"]["unit"]
+    assert report["privacy"]["example"].startswith("one text")
+    _decode_and_noise_to_signal_read_the_objective_from_the_workdir(whole, report)
+
+
+def _decode_and_noise_to_signal_read_the_objective_from_the_workdir(workdir, report):
+    """From the workdir alone: the run's own examples (its secret draws), scored on their spans."""
+    from dpnmt.errors import MissingInputError  # noqa: PLC0415
+    from dpnmt.evaluation import noise_to_signal  # noqa: PLC0415
+
+    run = decode_lib.load_run_config(str(workdir))
+    decoded = decode_lib.decode_and_score(run, str(workdir), split="test", bertscore=False)
+    # The same test examples and references as the run's own evaluation: equal scores.
+    for key in ("bleu", "chrf", "exact_match", "num_sentences"):
+        assert decoded["scores"][key] == report["test"][key], key
+    assert decoded["privacy"]["example"] == report["privacy"]["example"]
+    tokenizer, _ = pieces.build_tokenizer(run, None, str(workdir), noise_seed=None, learn=False)
+    objective = pieces.trained_objective(run, str(workdir), tokenizer)
+    ids = tokenizer.encode([TEXTS[0]])[0][:-1]
+    inputs, targets = objective(ids)
+    assert objective.name == "span_corruption"
+    assert len(targets) < len(ids) < len(inputs) + len(targets)  # Spans moved, sentinels added.
+    measured = noise_to_signal.measure_run(run, str(workdir), max_examples=4)
+    assert measured["trained"]["noise_to_signal"] > 0
+    (workdir / "private" / "noise_seed").unlink()  # A published copy: no private/.
+    with pytest.raises(MissingInputError, match=r"private/noise_seed does not exist.*own"):
+        decode_lib.decode_and_score(run, str(workdir), split="test", bertscore=False)
 
 
 def jax_leaves(tree):
