@@ -8,6 +8,7 @@ import json
 import pytest
 
 from dpnmt.data.tokenizers import VocabularyRecord
+from dpnmt.sweeps import epsilon_check
 from dpnmt.training.privacy_report import PretrainedClaim, PrivacyReport, privacy_report
 from tests.small_configs import small_plan
 
@@ -43,7 +44,11 @@ def test_both_stages_in_one_accountant_are_below_the_sum_and_state_both_units():
     assert report.total_delta == pytest.approx(2 * (1e-6 + 1e-9))  # Unchanged by the joint.
     assert "one dp_accounting event" in report.composition
     assert f"per {TEXT}" in report.composition and "per one sentence pair" in report.composition
-    assert PrivacyReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    published = json.loads(json.dumps(report.to_json()))
+    assert PrivacyReport.from_json(published) == report
+    # The runs report's independent check (dp_accounting only) recomputes the joint total.
+    check = epsilon_check.check_run(published)
+    assert check.agrees and check.total_recomputed == pytest.approx(report.total_epsilon, rel=1e-6)
 
 
 @pytest.mark.parametrize(

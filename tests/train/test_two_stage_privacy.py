@@ -18,6 +18,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dpnmt import model_card
 from dpnmt.config import RunConfig
 from dpnmt.evaluation import decode as decode_lib
+from dpnmt.sweeps import epsilon_check
 from dpnmt.training import pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from tests.small_configs import files_config
@@ -113,6 +114,7 @@ def test_pretraining_then_fine_tuning_composes_both_stages(tmp_path):
     assert final["total_epsilon"] < first["total_epsilon"] + final["dp_sgd_epsilon"]
     assert "one dp_accounting event" in final["composition"]
     assert final["joint_dp_sgd"]["epsilon"] == pytest.approx(joint, rel=1e-6)
+    assert epsilon_check.check_run(final).agrees  # The runs report's check agrees.
 
     # The model cards: the objective and its unit; the two stages and whom they cover.
     card = (tmp_path / "export" / "README.md").read_text()
