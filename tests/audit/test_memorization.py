@@ -2,6 +2,9 @@
 run that memorises its duplicated texts without noise and not with DP-SGD."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ def random_texts(count, seed, length=8):
     return [" ".join(rng.choice(WORDS, size=length)) for _ in range(count)]
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN, HELD_OUT = random_texts(40, 0), random_texts(8, 1)
 
 
@@ -77,6 +81,18 @@ def test_bad_options_are_named_in_one_message():
     with pytest.raises(InputError, match=r"--unique=0 must be >= 1.*--repeats >= 2"):
         memorization.check_options(bad)
     memorization.check_options(memorization.MemorizationOptions(duplicates=0, repeats=1))
+
+
+def test_the_app_refuses_bad_options_in_one_line_before_writing(tmp_path):
+    workdir = tmp_path / "run"
+    command = [sys.executable, "-m", "dpnmt.memorization", "--config=configs/tiny.py"]
+    command += [f"--workdir={workdir}", "--duplicates=4", "--repeats=1"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if "--repeats=1" in line]
+    assert len(errors) == 1 and "use --repeats >= 2" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert not workdir.exists()
 
 
 def test_add_duplicates_repeats_each_chosen_row_r_times_in_all():
