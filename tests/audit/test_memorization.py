@@ -131,3 +131,36 @@ def test_prefix_lm_memorises_duplicated_text_without_noise_and_not_with_dp(tmp_p
     assert set(dp_report["withheld"]) == {"duplicated", "unique"}
     published = (dp_workdir / memorization.MEMORIZATION_FILE).read_text()
     assert not any(text in published for text in TRAIN)
+
+
+def translation_config(folder):
+    """The same model translating random-word sources to unrelated random-word targets."""
+    folder.mkdir(exist_ok=True)
+    c = mono_config(folder / "mono", "nonprivate")
+    pairs = list(zip(TRAIN, random_texts(40, 2), strict=True))
+    held = list(zip(HELD_OUT, random_texts(8, 3), strict=True))
+    for split, rows in (("train", pairs), ("validation", held), ("test", held)):
+        text = "de\ten\n" + "".join(f"{a}\t{b}\n" for a, b in rows)
+        (folder / f"{split}.tsv").write_text(text, encoding="utf-8")
+    c.data.corpus, c.data.objective = f"files:{folder}", "translation"
+    c.model.source_prefix = ""
+    return c
+
+
+@pytest.mark.slow
+def test_a_translation_model_gives_back_duplicated_targets_verbatim(tmp_path):
+    config = RunConfig.of(translation_config(tmp_path / "pairs"))
+    workdir = str(tmp_path / "run")
+    report = memorization.run_memorization(config, workdir, OPTIONS, selection_seed=3)
+    assert report["prompt"].startswith("the source sentence")
+    sets = report["sets"]  # Non-private: every set published.
+    # Measured: duplicated EM 0.25 (1 of 4 targets verbatim), TA 0.66; unique and
+    # held-out EM 0, TA 0.05 and 0.02 (unrelated words: no way to guess them).
+    assert sets["duplicated"]["token_accuracy"] > 0.4 > 0.2 > sets["held_out"]["token_accuracy"]
+    assert sets["duplicated"]["exact_match"] >= sets["held_out"]["exact_match"] == 0
+    # A rerun reuses the texts and the trained run; other options are refused.
+    again = memorization.run_memorization(config, workdir, OPTIONS, selection_seed=99)
+    assert again["sets"] == sets
+    other = memorization.MemorizationOptions(duplicates=2, repeats=16, unique=8, held_out=8)
+    with pytest.raises(InputError, match="chosen with other options"):
+        memorization.run_memorization(config, workdir, other)
