@@ -218,7 +218,7 @@ def selection_for(
 _SELECTION_OPTIONS = ("duplicates", "repeats", "unique", "held_out")
 
 
-def _scoring_objective(run: RunConfig, workdir: str, tokenizer, prefix_prompt: str):
+def prompt_objective(run: RunConfig, workdir: str, tokenizer, prefix_prompt: str):
     """(the RunConfig the prompts are tokenized with, its objective)."""
     if run.data.objective == "prefix_lm" and prefix_prompt == "half":  # No draw, so no seed.
         data = dataclasses.replace(run.data, prefix_min_fraction=0.5, prefix_max_fraction=0.5)
@@ -258,7 +258,7 @@ def score_sets(
         unique=corpus["train"].select(selection.unique),
         held_out=corpus["validation"].select(selection.held_out),
     )
-    prompt_run, objective = _scoring_objective(run, workdir, tokenizer, prefix_prompt)
+    prompt_run, objective = prompt_objective(run, workdir, tokenizer, prefix_prompt)
     tokenized, _ = pieces.tokenize_corpus(prompt_run, chosen, tokenizer, objective)
     sets, rows, eos = {}, [], tokenizer.eos_id
     for name in SETS:
