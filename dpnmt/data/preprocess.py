@@ -249,7 +249,9 @@ def preprocess(
     }
     if objective is not None and cache_dir is not None:  # Secret draws: never cached.
         raise ValueError("An objective's splits hold a secret draw; pass cache_dir=None.")
-    options |= {"objective": objective.name} if objective is not None else {}
+    # Every parameter of the objective: an Arrow-backed corpus (hub, load_from_disk) is
+    # mapped through datasets' own cache even with cache_dir=None, keyed by `key`.
+    options |= {"objective": objective.options()} if objective is not None else {}
 
     encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length, objective)
 
@@ -289,6 +291,8 @@ def preprocess(
     for split, dataset in corpus.items():
         key = _cache_key(dataset._fingerprint, options)
         cache_kwargs = {}
+        if objective is not None:  # In memory: no datasets cache file read or written.
+            cache_kwargs = {"load_from_cache_file": False, "keep_in_memory": True}
         if cache_dir is not None:
             os.makedirs(cache_dir, exist_ok=True)
             cache_kwargs = {
@@ -307,7 +311,7 @@ def preprocess(
             **cache_kwargs,
         )
         split_stats[split] = _split_stats(mapped, max_source_length, max_target_length)
-        filter_kwargs = {}
+        filter_kwargs = dict(cache_kwargs) if objective is not None else {}
         if cache_dir is not None:
             filter_kwargs = {
                 "cache_file_name": os.path.join(cache_dir, f"{split}-{key}-kept.arrow"),

@@ -103,6 +103,16 @@ class TextObjective:
     def __repr__(self) -> str:  # Never shows the seed.
         return f"TextObjective({self.name!r})"
 
+    def options(self) -> dict:
+        """Every parameter the examples depend on (preprocessing's cache key)."""
+        return {
+            "name": self.name,
+            "seed": self._seed,
+            "sentinel_ids": [int(i) for i in self._sentinels],
+            **self._span,
+            **{f"prefix_{k}": v for k, v in self._prefix.items()},
+        }
+
     def rng(self, ids: np.ndarray) -> np.random.Generator:
         """The text's generator: (secret seed, SHA-256 of its int64 ids)."""
         digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()).digest()
