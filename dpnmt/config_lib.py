@@ -140,6 +140,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.mean_span_length = 3.0  # span_corruption: mean masked span (tokens).
     c.data.prefix_min_fraction = 0.0  # prefix_lm: split uniform in [min, max] x length.
     c.data.prefix_max_fraction = 1.0  # prefix_lm: equal to min for a fixed split.
+    # PUBLIC by design (recorded in config.json): which spans/splits each text gets is
+    # SHA-256(this seed, the text's ids), a fixed map of the text alone; DP-SGD holds
+    # for any such map, and a secret one would leak through the published scores.
+    c.data.objective_seed = 0  # Objective draws' public seed, in [0, 2**63).
 
     c.tokenizer = ml_collections.ConfigDict()
     # auto: pretrained when model.name_or_path is set, else dp_sentencepiece |

@@ -14,10 +14,11 @@ three sets and its greedy output compared with the rest
 The prompt follows `data.objective`: a translation model gets the source (EM is
 the rate at which it produces the training target verbatim), a prefix-LM model
 the first half of the text's tokens (Python's round(n/2), clipped to
-[1, n-1]; the rest is the target), a span-corruption model the text corrupted as in training (the
-run's secret objective seed: the same spans it trained on; a held-out text's
-spans are drawn alike). Texts the run's preprocessing drops (an empty side) or
-that leave nothing to predict (fewer than 2 tokens) are not scored.
+[1, n-1]; the rest is the target), a span-corruption model the text corrupted
+as in training (a public function of the text and `data.objective_seed`: the
+same spans it trained on; a held-out text's spans are drawn alike). Texts the
+run's preprocessing drops (an empty side) or that leave nothing to predict
+(fewer than 2 tokens) are not scored.
 
 Publication: which texts were chosen (and the selection seed) and every
 per-text score live in `private/`; `memorization.json` holds set-level rates.
@@ -47,7 +48,7 @@ from dpnmt.evaluation import decode as decode_lib
 from dpnmt.evaluation import memorization as metrics
 from dpnmt.training import loop, pieces
 from dpnmt.training.privacy_report import PrivacyReport
-from dpnmt.training.run_dir import RunDir, derived_seed, write_json
+from dpnmt.training.run_dir import RunDir, write_json
 
 MEMORIZATION_FILE = "memorization.json"  # Published set-level rates.
 SELECTION_FILE = "memorization_texts.json"  # Under private/: seed, options, chosen rows.
@@ -56,9 +57,9 @@ SETS = ("duplicated", "unique", "held_out")
 PROMPTS = {
     "translation": "the source sentence; EM is the rate at which the target is produced verbatim",
     "prefix_lm": "the first round(n/2) of a text's n tokens; the target is the rest",
-    "prefix_lm/training": "each text's prefix as the run split it (its secret draw); the "
+    "prefix_lm/training": "each text's prefix as the run split it (data.objective_seed); the "
     "target is the rest",
-    "span_corruption": "the text span-corrupted as in training (the run's secret draws); "
+    "span_corruption": "the text span-corrupted as in training (data.objective_seed); "
     "the target is the sentinels and masked spans",
 }
 
@@ -218,16 +219,17 @@ def selection_for(
 _SELECTION_OPTIONS = ("duplicates", "repeats", "unique", "held_out")
 
 
-def prompt_objective(run: RunConfig, workdir: str, tokenizer, prefix_prompt: str):
-    """(the RunConfig the prompts are tokenized with, its objective)."""
-    if run.data.objective == "prefix_lm" and prefix_prompt == "half":  # No draw, so no seed.
+def prompt_objective(run: RunConfig, tokenizer, prefix_prompt: str):
+    """(the RunConfig the prompts are tokenized with, its objective).
+
+    Prefix LM with `prefix_prompt` "half": the first half of each text (no draw);
+    otherwise the examples the run trained on, rebuilt from the public
+    `data.objective_seed` (no `private/` read).
+    """
+    if run.data.objective == "prefix_lm" and prefix_prompt == "half":
         data = dataclasses.replace(run.data, prefix_min_fraction=0.5, prefix_max_fraction=0.5)
         run = dataclasses.replace(run, data=data)
-        return run, pieces.make_objective(run.data, tokenizer, seed=0)
-    if run.data.objective != "translation":  # The examples the run trained on.
-        seed = RunDir(workdir).noise_seed(run, resuming=True)
-        return run, pieces.make_objective(run.data, tokenizer, derived_seed(seed, "objective"))
-    return run, None
+    return run, pieces.make_objective(run.data, tokenizer)
 
 
 def _generate(model, params, model_config, prompts, *, run: RunConfig, pad_id: int, eos: int):
@@ -258,7 +260,7 @@ def score_sets(
         unique=corpus["train"].select(selection.unique),
         held_out=corpus["validation"].select(selection.held_out),
     )
-    prompt_run, objective = prompt_objective(run, workdir, tokenizer, prefix_prompt)
+    prompt_run, objective = prompt_objective(run, tokenizer, prefix_prompt)
     tokenized, _ = pieces.tokenize_corpus(prompt_run, chosen, tokenizer, objective)
     sets, rows, eos = {}, [], tokenizer.eos_id
     for name in SETS:

@@ -105,6 +105,7 @@ class DataConfig(Section):
     mean_span_length: float = 3.0
     prefix_min_fraction: float = 0.0
     prefix_max_fraction: float = 1.0
+    objective_seed: int = 0  # Public by design (config_lib): draws = f(seed, text).
 
     # config.data field -> the corpus loader option it feeds (`corpora.CORPORA`).
     CORPUS_OPTIONS: typing.ClassVar[dict[str, str]] = {
@@ -129,6 +130,7 @@ class DataConfig(Section):
                     ("mean_span_length", lambda v: v >= 1, ">= 1 token (T5: 3)"),
                     ("prefix_min_fraction", lambda v: 0 <= v <= 1, "in [0, 1]"),
                     ("prefix_max_fraction", lambda v: 0 <= v <= 1, "in [0, 1]"),
+                    ("objective_seed", lambda v: 0 <= v < 2**63, "in [0, 2**63)"),
                 )
             )
             + self.objective_problems()
@@ -138,8 +140,7 @@ class DataConfig(Section):
         """The pre-training objective's language and prefix range (`objective_language`)."""
         if self.objective == "translation":
             return []
-        problems = []
-        languages = self.pair.split("-")
+        problems, languages = [], self.pair.split("-")
         if self.objective_language is not None and self.objective_language not in languages:
             problems.append(
                 f"data.objective_language={self.objective_language!r} is not a language of "

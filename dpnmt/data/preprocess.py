@@ -247,10 +247,7 @@ def preprocess(
         "max_source_length": max_source_length,
         "max_target_length": max_target_length,
     }
-    if objective is not None and cache_dir is not None:  # Secret draws: never cached.
-        raise ValueError("An objective's splits hold a secret draw; pass cache_dir=None.")
-    # Every parameter of the objective: an Arrow-backed corpus (hub, load_from_disk) is
-    # mapped through datasets' own cache even with cache_dir=None, keyed by `key`.
+    # All of the objective's parameters: datasets caches an Arrow-backed corpus by `key`.
     options |= {"objective": objective.options()} if objective is not None else {}
 
     encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length, objective)
@@ -290,9 +287,8 @@ def preprocess(
     processed, split_stats = {}, {}
     for split, dataset in corpus.items():
         key = _cache_key(dataset._fingerprint, options)
-        cache_kwargs = {}
-        if objective is not None:  # In memory: no datasets cache file read or written.
-            cache_kwargs = {"load_from_cache_file": False, "keep_in_memory": True}
+        # An objective's splits stay in memory: no datasets cache file read or written.
+        cache_kwargs = {"load_from_cache_file": False, "keep_in_memory": True} if objective else {}
         if cache_dir is not None:
             os.makedirs(cache_dir, exist_ok=True)
             cache_kwargs = {

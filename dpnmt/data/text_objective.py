@@ -4,13 +4,18 @@
 language (`monolingual_corpus`) into a seq2seq example with
 `dpnmt.data.objectives`; `TextObjective` is what the tokenizer's encoder calls.
 
-Randomness: the generator of a text is seeded with (the run's secret objective
-seed, SHA-256 of the text's token ids), so an example is a function of its own
-text and the secret alone: the same on every process, on a resumed run, and
-whether train is tokenized up front or per lot, and independent of every other
-text (no position in the split enters it; adding or removing one text changes
-one example). DP-SGD then covers this per-example preprocessing as it covers
-tokenization. A text's corruption is drawn once per run (T5 redraws it each
+Randomness: the generator of a text is seeded with SHA-256(b"dpnmt-objective",
+the PUBLIC `data.objective_seed` (8 bytes), the text's int64 token ids), so an
+example is a deterministic public function of its own text: the same on every
+process, on a resumed run, whether train is tokenized up front or per lot, in
+decode (zero-shot included), noise-to-signal, the memorization audit and a
+published copy of the run (no `private/` needed), and independent of every
+other text (no position in the split enters it; adding or removing one text
+changes one example). The seed is public by design: DP-SGD's guarantee holds
+for any fixed per-example map x -> f(x), as for tokenization, so a secret seed
+buys nothing; and since validation/test scores and decoded hypotheses (which
+show the masked tokens) are published, a secret seed would leak through them.
+A text's corruption is drawn once per run, not per epoch (T5 redraws it each
 time a text is seen); duplicated texts get the same corruption.
 """
 
@@ -23,6 +28,8 @@ import datasets
 import numpy as np
 
 from dpnmt.data import objectives
+
+_DOMAIN = b"dpnmt-objective"  # Separates these draws from any other use of SHA-256.
 
 
 def example_unit(data) -> str:
@@ -74,7 +81,7 @@ def sentinel_ids(tokenizer, count: int) -> list[int]:
 class TextObjective:
     """Maps one text's ids (no eos) to (inputs, targets) by `data.objective`.
 
-    SECRET: holds the run's objective seed (never published or logged).
+    `seed`: the public `data.objective_seed` (not a secret: see the module docstring).
     """
 
     def __init__(
@@ -96,12 +103,14 @@ class TextObjective:
             )
         self.name = name
         self._seed = int(seed)
+        if not 0 <= self._seed < 2**63:
+            raise ValueError(f"data.objective_seed={seed} must lie in [0, 2**63).")
         self._sentinels = list(sentinel_ids)
         self._span = dict(noise_density=noise_density, mean_span_length=mean_span_length)
         self._prefix = dict(min_fraction=prefix_min_fraction, max_fraction=prefix_max_fraction)
 
-    def __repr__(self) -> str:  # Never shows the seed.
-        return f"TextObjective({self.name!r})"
+    def __repr__(self) -> str:
+        return f"TextObjective({self.name!r}, seed={self._seed})"
 
     def options(self) -> dict:
         """Every parameter the examples depend on (preprocessing's cache key)."""
@@ -114,9 +123,10 @@ class TextObjective:
         }
 
     def rng(self, ids: np.ndarray) -> np.random.Generator:
-        """The text's generator: (secret seed, SHA-256 of its int64 ids)."""
-        digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()).digest()
-        return np.random.default_rng([self._seed, int.from_bytes(digest, "little")])
+        """The text's generator: SHA-256(b"dpnmt-objective" ‖ seed (8 bytes) ‖ int64 ids)."""
+        text = np.asarray(ids, "<i8").tobytes()
+        digest = hashlib.sha256(_DOMAIN + self._seed.to_bytes(8, "little") + text).digest()
+        return np.random.default_rng(int.from_bytes(digest, "little"))
 
     def __call__(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """(inputs, targets) of one text's ids (no eos); see `dpnmt.data.objectives`."""

@@ -12,7 +12,7 @@ import os
 
 import jax
 
-from dpnmt import bridge, core, models, privacy
+from dpnmt import bridge, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import text_objective, tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
@@ -98,11 +98,8 @@ def decode_and_score(
     tokenizer, vocabulary = pieces.build_tokenizer(
         run, corpus, workdir, noise_seed=None, learn=False
     )
-    # An objective run's examples: its own secret draws (zero-shot: fresh ones).
-    if zero_shot:
-        objective = pieces.make_objective(run.data, tokenizer, core.fresh_seed())
-    else:
-        objective = pieces.trained_objective(run, workdir, tokenizer)
+    # An objective run's examples: the public draws of data.objective_seed (zero-shot too).
+    objective = pieces.make_objective(run.data, tokenizer)
     tokenized, _ = pieces.tokenize_corpus(run, corpus, tokenizer, objective)
     model, model_config, params = pieces.build_model(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)

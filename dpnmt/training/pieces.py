@@ -32,15 +32,12 @@ from dpnmt.data import (
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.data.languages import parse_pair
-from dpnmt.errors import ConfigError, MissingInputError, ModelUnavailableError
+from dpnmt.errors import ConfigError, ModelUnavailableError
 from dpnmt.models import lora
 from dpnmt.training import pretrained_privacy
 from dpnmt.training.run_dir import (
-    NOISE_SEED_FILE,
     TOKENIZER_FILE,
     VOCABULARY_RECORD_FILE,
-    RunDir,
-    derived_seed,
 )
 
 
@@ -240,9 +237,13 @@ def _learn_vocabulary(
 
 
 def make_objective(
-    data: DataConfig, tokenizer: tokenizers.Tokenizer, seed: int
+    data: DataConfig, tokenizer: tokenizers.Tokenizer
 ) -> text_objective.TextObjective | None:
-    """The run's pre-training objective (None: translation); `seed` is secret.
+    """The run's pre-training objective (None: translation), a public function of each text.
+
+    Its draws come from the public `data.objective_seed` alone (`text_objective`), so
+    training, decode (zero-shot too), noise-to-signal and the memorization audit build
+    the same examples, from a published copy of the run as well.
 
     Raises:
       ValueError: span corruption and the tokenizer lacks the sentinels it needs.
@@ -259,35 +260,13 @@ def make_objective(
         sentinels = text_objective.sentinel_ids(tokenizer, needed)
     return text_objective.TextObjective(
         data.objective,
-        seed,
+        data.objective_seed,
         sentinel_ids=sentinels,
         noise_density=data.noise_density,
         mean_span_length=data.mean_span_length,
         prefix_min_fraction=data.prefix_min_fraction,
         prefix_max_fraction=data.prefix_max_fraction,
     )
-
-
-def trained_objective(
-    run: RunConfig, workdir: str, tokenizer: tokenizers.Tokenizer
-) -> text_objective.TextObjective | None:
-    """The objective a trained run used (its `private/` seed: the same draws); None: translation.
-
-    Raises:
-      MissingInputError: an objective run whose `private/` seed is missing (a published copy).
-    """
-    if run.data.objective == "translation":
-        return None
-    run_dir = RunDir(workdir)
-    path = run_dir.private_file(NOISE_SEED_FILE)
-    if not os.path.isfile(path):
-        raise MissingInputError(
-            f"{path} does not exist: decoding a data.objective={run.data.objective!r} run "
-            "rebuilds its evaluation examples from the run's secret seed; give the run's own "
-            "--workdir (with private/), not a published copy."
-        )
-    seed = run_dir.noise_seed(run, resuming=True)
-    return make_objective(run.data, tokenizer, derived_seed(seed, "objective"))
 
 
 def tokenize_corpus(

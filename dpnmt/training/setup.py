@@ -230,10 +230,8 @@ def build_run(
 
     # 5. Tokenized splits; exact counts of private splits stay in private/.
     with timer.phase("start-up: tokenization"):
-        # A pre-training objective's draws come from the secret seed (text_objective).
-        objective = pieces.make_objective(
-            run.data, tokenizer, derived_seed(noise_seed, "objective")
-        )
+        # A pre-training objective's draws: public, from data.objective_seed (text_objective).
+        objective = pieces.make_objective(run.data, tokenizer)
         tokenized, train_examples, split_stats = tokenize_splits(run, corpus, tokenizer, objective)
     validation_is_private = pieces.validation_is_carved_from_train(corpus)
     private_splits = {"train", "validation"} if validation_is_private else {"train"}

@@ -172,23 +172,24 @@ def test_prompts_are_the_runs_span_corruption_examples_or_the_half_prefix(tmp_pa
 
     c = mono_config(tmp_path / "mono", "nonprivate")
     c.data.objective, c.tokenizer.sentinels = "span_corruption", 8
+    c.data.objective_seed = 7
     run = RunConfig.of(c)
-    workdir = run_dir.RunDir(str(tmp_path / "run"))
-    seed = workdir.noise_seed(run, resuming=False)  # The run's secret seed, in private/.
     tokenizer, _ = tokenizers.train_sentencepiece(
         [str(tmp_path / "mono" / "train.de")], vocab_size=330, sentinels=8
     )
     corpus = DatasetDict(train=pieces.load_corpus(run.data)["train"])
-    trained = pieces.make_objective(run.data, tokenizer, run_dir.derived_seed(seed, "objective"))
+    # What training builds (setup.build_run): the public draws of data.objective_seed.
+    trained = pieces.make_objective(run.data, tokenizer)
     expected = pieces.tokenize_corpus(run, corpus, tokenizer, trained)[0]["train"]
-    prompt_run, objective = memorization.prompt_objective(run, workdir.path, tokenizer, "half")
+    # No workdir, no private/ seed: the prompts are rebuilt from the config alone.
+    prompt_run, objective = memorization.prompt_objective(run, tokenizer, "half")
     prompts = pieces.tokenize_corpus(prompt_run, corpus, tokenizer, objective)[0]["train"]
     assert prompts["input_ids"] == expected["input_ids"]  # The spans it trained on.
     assert prompts["labels"] == expected["labels"]
     # Prefix LM: the first round(n/2) tokens, whatever split range the run trained with.
     c.data.objective, c.data.prefix_min_fraction, c.data.prefix_max_fraction = "prefix_lm", 0, 1
     run = RunConfig.of(c)
-    prompt_run, objective = memorization.prompt_objective(run, workdir.path, tokenizer, "half")
+    prompt_run, objective = memorization.prompt_objective(run, tokenizer, "half")
     row = pieces.tokenize_corpus(prompt_run, corpus, tokenizer, objective)[0]["train"][0]
     ids = tokenizer.encode([TRAIN[0]])[0][:-1][: run.data.max_source_length - 1]
     assert row["input_ids"] == ids[: round(len(ids) / 2)] + [tokenizer.eos_id]

@@ -1,8 +1,12 @@
 """Pre-training objectives through `dpnmt.train`: monolingual `files:`, the same DP step,
-sentinels refused when missing, examples a function of each text and the secret seed,
-and a resumed span-corruption run equal bit for bit to an uninterrupted one."""
+sentinels refused when missing, examples a public function of each text and
+data.objective_seed, and a resumed span-corruption run equal bit for bit to an uninterrupted
+one."""
 
+import dataclasses
+import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -60,8 +64,16 @@ def test_span_corruption_without_enough_sentinels_is_refused_naming_the_field(tm
         RunConfig.of(c).problems() and preflight.check_static(RunConfig.of(c), None)
 
 
-def test_objective_examples_come_from_one_text_and_the_secret_seed(tmp_path):
-    run = RunConfig.of(mono_config(tmp_path / "mono"))
+def public_draw(seed, ids):
+    """A text's generator as documented: SHA-256(b"dpnmt-objective" ‖ seed ‖ int64 ids)."""
+    data = b"dpnmt-objective" + seed.to_bytes(8, "little") + np.asarray(ids, "<i8").tobytes()
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(data).digest(), "little"))
+
+
+def test_objective_examples_come_from_one_text_and_the_public_seed(tmp_path):
+    c = mono_config(tmp_path / "mono")
+    c.data.objective_seed = 2**40 + 1
+    run = RunConfig.of(c)
     corpus = pieces.load_corpus(run.data)
     assert corpus["train"][0]["translation"] == {"de": TEXTS[0], "en": TEXTS[0]}
     tokenizer, _ = tokenizers.train_sentencepiece(
@@ -70,9 +82,16 @@ def test_objective_examples_come_from_one_text_and_the_secret_seed(tmp_path):
     sentinels = text_objective.sentinel_ids(tokenizer, 8)
     assert sentinels == list(range(3, 11))  # Control symbols after pad, eos, unk.
     assert tokenizer.encode(["<extra_id_0>"])[0][0] not in sentinels  # Never from text.
-    objective = pieces.make_objective(run.data, tokenizer, seed=2**100 + 1)
+    objective = pieces.make_objective(run.data, tokenizer)
     tokenized, _ = pieces.tokenize_corpus(run, corpus, tokenizer, objective)
     train = tokenized["train"].with_format(None)
+    # The documented public function of the text and data.objective_seed, nothing else.
+    ids = tokenizer.encode([TEXTS[0]])[0][:-1][:23]
+    inputs, targets = objectives.span_corruption(
+        ids, public_draw(2**40 + 1, ids), sentinel_ids=sentinels
+    )
+    assert train[0]["input_ids"] == inputs.tolist() + [1]
+    assert train[0]["labels"] == targets.tolist() + [1]
     # Each example reassembles its text (no prefix, no task words).
     for row, text in zip(train.select(range(10)), TEXTS, strict=False):
         inputs, labels = row["input_ids"][:-1], row["labels"][:-1]
@@ -89,8 +108,9 @@ def test_objective_examples_come_from_one_text_and_the_secret_seed(tmp_path):
     moved = corpus["train"].select(list(range(95, -1, -1)))
     again, _ = pieces.tokenize_corpus(run, DatasetDict(train=moved), tokenizer, objective)
     assert again["train"][95]["input_ids"] == train[0]["input_ids"]
-    # Another secret seed: other spans.
-    other = pieces.make_objective(run.data, tokenizer, seed=2**100 + 2)
+    # Another public seed: other spans.
+    data = dataclasses.replace(run.data, objective_seed=2**40 + 2)
+    other = pieces.make_objective(data, tokenizer)
     third, _ = pieces.tokenize_corpus(run, DatasetDict(train=corpus["train"]), tokenizer, other)
     assert list(third["train"]["input_ids"]) != list(train["input_ids"])
     with pytest.raises(ValueError, match="needs the run's TextObjective"):
@@ -105,7 +125,7 @@ def test_a_prefix_lm_split_lies_in_its_fraction_range(tmp_path):
     tokenizer, _ = tokenizers.train_sentencepiece(
         [str(tmp_path / "mono" / "train.de")], vocab_size=330
     )
-    objective = pieces.make_objective(run.data, tokenizer, seed=2**70)
+    objective = pieces.make_objective(run.data, tokenizer)
     row = pieces.tokenize_corpus(run, corpus, tokenizer, objective)[0]["train"][0]
     ids = tokenizer.encode([TEXTS[0]])[0][:-1][:23]
     assert row["input_ids"] == ids[: round(len(ids) / 2)] + [1]
@@ -138,27 +158,25 @@ def test_a_resumed_span_corruption_run_equals_the_whole_run(tmp_path):
 
 
 def _decode_and_noise_to_signal_read_the_objective_from_the_workdir(workdir, report):
-    """From the workdir alone: the run's own examples (its secret draws), scored on their spans."""
-    from dpnmt.errors import MissingInputError  # noqa: PLC0415
+    """From a published copy (no private/): the run's own examples, scored on their spans."""
     from dpnmt.evaluation import noise_to_signal  # noqa: PLC0415
 
     run = decode_lib.load_run_config(str(workdir))
+    assert run.data.objective_seed == 0  # Recorded in config.json: public.
+    shutil.rmtree(workdir / "private")  # A published copy: the examples need no secret.
     decoded = decode_lib.decode_and_score(run, str(workdir), split="test", bertscore=False)
     # The same test examples and references as the run's own evaluation: equal scores.
     for key in ("bleu", "chrf", "exact_match", "num_sentences"):
         assert decoded["scores"][key] == report["test"][key], key
     assert decoded["privacy"]["example"] == report["privacy"]["example"]
     tokenizer, _ = pieces.build_tokenizer(run, None, str(workdir), noise_seed=None, learn=False)
-    objective = pieces.trained_objective(run, str(workdir), tokenizer)
+    objective = pieces.make_objective(run.data, tokenizer)
     ids = tokenizer.encode([TEXTS[0]])[0][:-1]
     inputs, targets = objective(ids)
     assert objective.name == "span_corruption"
     assert len(targets) < len(ids) < len(inputs) + len(targets)  # Spans moved, sentinels added.
     measured = noise_to_signal.measure_run(run, str(workdir), max_examples=4)
     assert measured["trained"]["noise_to_signal"] > 0
-    (workdir / "private" / "noise_seed").unlink()  # A published copy: no private/.
-    with pytest.raises(MissingInputError, match=r"private/noise_seed does not exist.*own"):
-        decode_lib.decode_and_score(run, str(workdir), split="test", bertscore=False)
 
 
 def jax_leaves(tree):
