@@ -9,8 +9,16 @@ DP-SGD ε those numbers reproduce, the two runs also compose as ONE
 dp_accounting event (`core.accounting.compute_epsilon_sequential`) at the sum
 of their DP-SGD δ's: usually a smaller ε than the sum. The report takes the
 smaller of the two valid bounds and says which; the vocabularies' ε (and any
-other ε either record adds) still add. Anything else (shuffled lots, group
-units, an export that itself composed an earlier export) keeps the sum.
+other ε either record adds) still add. Anything else keeps the sum: shuffled
+lots, group units, another adjacency, a record whose q is not its L / N, whose
+steps_done exceeds steps_planned or whose total is below its DP-SGD ε, and an
+export that itself started from a dpnmt export (composed, or declared
+disjoint: its total then leaves that export's ε out, and
+`pretrained_privacy.claimed_by_export` adds it back for the sum).
+
+The joint bound treats both stages' (σ, q, T) as fixed in advance; if this
+run's were chosen by looking at the export's outputs (adaptive choice), the
+sum (or RDP) is the safer reading (docs/privacy.md).
 """
 
 import dataclasses
@@ -58,8 +66,9 @@ def _stage_of(record: dict[str, Any], adjacency: str) -> tuple[float, float, int
         return None
     if record.get("adjacency") != adjacency or record.get("privacy_unit") is not None:
         return None
-    if (record.get("pretrained") or {}).get("composed"):
-        return None  # Its total already holds an earlier export's ε: keep the sum.
+    parent = record.get("pretrained") or {}
+    if parent.get("composed") or parent.get("declared_disjoint") or parent.get("epsilon"):
+        return None  # It started from an export with an ε of its own: keep the sum.
     accountant = next((a for k, a in _ACCOUNTANTS.items() if k in str(record.get("bound"))), None)
     sigma, rate = _number(record, "noise_multiplier"), _number(record, "sampling_rate")
     steps, delta = record.get("steps_planned"), _number(record, "dp_sgd_delta")
@@ -68,6 +77,15 @@ def _stage_of(record: dict[str, Any], adjacency: str) -> tuple[float, float, int
         return None
     if not (sigma > 0 and 0 < rate <= 1 and steps >= 1 and 0 < delta < 1):
         return None
+    lot, size, done = (
+        _number(record, "expected_lot_size"),
+        _number(record, "dataset_size"),
+        record.get("steps_done"),
+    )
+    if lot is None or not size or not isinstance(done, int) or not 0 <= done <= steps:
+        return None
+    if abs(rate - lot / size) > _RELATIVE_TOLERANCE * rate:
+        return None  # q is not its expected lot over its dataset size.
     again = accounting.compute_epsilon(sigma, rate, steps, delta, accountant)
     if abs(again - epsilon) > _RELATIVE_TOLERANCE * max(1.0, epsilon):
         return None  # The record's numbers do not give its ε: trust only its total.
@@ -94,6 +112,9 @@ def joint_dp_sgd(plan: privacy.PrivacyPlan, claim, adjacency: str) -> JointDpSgd
     if stage is None or total_epsilon is None or total_delta is None:
         return None
     sigma, rate, steps, delta = stage
+    other_epsilon = total_epsilon - _number(record, "dp_sgd_epsilon")
+    if other_epsilon < 0 or total_delta < delta:
+        return None  # A total below its own DP-SGD part: trust only the sum.
     joint_delta = delta + plan.delta
     epsilon = accounting.compute_epsilon_sequential(
         ((sigma, rate, steps), (plan.noise_multiplier, plan.sampling_rate, plan.num_steps)),
@@ -104,6 +125,6 @@ def joint_dp_sgd(plan: privacy.PrivacyPlan, claim, adjacency: str) -> JointDpSgd
         epsilon=epsilon,
         delta=joint_delta,
         accountant=plan.accountant,
-        other_epsilon=max(0.0, total_epsilon - _number(record, "dp_sgd_epsilon")),
-        other_delta=max(0.0, total_delta - delta),
+        other_epsilon=other_epsilon,
+        other_delta=total_delta - delta,
     )
