@@ -42,7 +42,7 @@ _PRIVACY_KEYS = {
     "assumed_public": "assumed public",
 }
 # dp.unit="group" (results.json "privacy_unit"): N and L count groups, not pairs.
-# A pre-training objective's report (an "example" other than a pair): N counts texts.
+# A pre-training objective's report (an "example" other than a pair): N counts non-empty texts.
 _TEXT_LABELS = {"dataset_size": "training texts N"}
 _ONE_PAIR = "one sentence pair"
 _GROUP_LABELS = {
@@ -200,7 +200,8 @@ def _objective_lines(data, privacy: Mapping[str, Any]) -> list[str]:
     return [
         f"- objective: {data.objective}, {how}; on {data.text_language} text only "
         "(monolingual: not a translation model until fine-tuned)",
-        f"- unit of privacy: {privacy.get('example') or 'one text'}; N counts texts",
+        f"- unit of privacy: {privacy.get('example') or 'one text'}; N counts the non-empty "
+        f"{data.text_language} texts (empty lines dropped before sampling)",
     ]
 
 

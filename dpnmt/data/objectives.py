@@ -5,7 +5,8 @@ pair of id arrays, the seq2seq example a translation pair would give; the
 tokenizer's eos is appended afterwards by the caller. Pure functions of their
 arguments: the randomness is a `numpy.random.Generator` the caller passes, so
 the same generator state gives the same pair (training derives one generator
-per text, epoch and run secret).
+per text from the public `data.objective_seed` and the text's ids, once per
+run: `dpnmt.data.text_objective`).
 
 Span corruption (Raffel et al. 2020, T5 section 3.1.4): for a text of n ≥ 2
 tokens, `noise_tokens = clip(round(n * noise_density), 1, n - 1)` tokens are

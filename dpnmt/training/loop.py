@@ -175,7 +175,8 @@ def objective_json(data) -> dict:
             "name": data.objective,
             "language": data.text_language,
             "unit": "one text (a line of data.objective_language): ε is stated for adding or "
-            "removing one text; N counts texts",
+            "removing one text; N counts the non-empty texts of that language (empty "
+            "lines are dropped before sampling, decided from the text alone)",
         }
     }
 

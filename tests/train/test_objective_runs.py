@@ -199,3 +199,13 @@ def test_pretrain_mono_config_passes_the_static_checks(variant, tmp_path):
     c.train.expected_lot_size = 4096  # Lots in the thousands: micro-batches accumulate.
     preflight.check_static(RunConfig.of(c), str(tmp_path / "run"))
     assert c.data.objective == ("prefix_lm" if "prefix" in variant else "span_corruption")
+
+
+def test_the_unit_says_n_counts_the_non_empty_texts(tmp_path):
+    from dpnmt import model_card  # noqa: PLC0415
+
+    run = RunConfig.of(mono_config(tmp_path / "mono"))
+    unit = loop.objective_json(run.data)["objective"]["unit"]
+    assert "non-empty texts" in unit and "dropped before sampling" in unit
+    lines = model_card._objective_lines(run.data, {"example": "one text"})
+    assert "N counts the non-empty de texts" in lines[-1]
