@@ -131,6 +131,19 @@ def base_config() -> ml_collections.ConfigDict:
     # of the longer max length (rounded up to 8) and the max (off when the train
     # split is tokenized per lot) | none | ascending counts, e.g. "16,32,64".
     c.data.length_buckets = "auto"  # Micro-batch lengths (above).
+    # Pre-training on monolingual text (docs/data.md): translation | span_corruption
+    # (T5) | prefix_lm. One text of data.objective_language is one example (the unit
+    # of privacy); a `files:` folder may hold that language alone (train.<lang>, ...).
+    c.data.objective = "translation"  # What an example is (above).
+    c.data.objective_language = config_dict.placeholder(str)  # Objective's text; None: source.
+    c.data.noise_density = 0.15  # span_corruption: fraction of tokens masked.
+    c.data.mean_span_length = 3.0  # span_corruption: mean masked span (tokens).
+    c.data.prefix_min_fraction = 0.0  # prefix_lm: split uniform in [min, max] x length.
+    c.data.prefix_max_fraction = 1.0  # prefix_lm: equal to min for a fixed split.
+    # PUBLIC by design (recorded in config.json): which spans/splits each text gets is
+    # SHA-256(this seed, the text's ids), a fixed map of the text alone; DP-SGD holds
+    # for any such map, and a secret one would leak through the published scores.
+    c.data.objective_seed = 0  # Objective draws' public seed, in [0, 2**63).
 
     c.tokenizer = ml_collections.ConfigDict()
     # auto: pretrained when model.name_or_path is set, else dp_sentencepiece |
@@ -148,6 +161,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.tokenizer.dp_noise_stddev = 20.0  # DP-SentencePiece: σ of each word count.
     c.tokenizer.dp_delta = 1e-9  # DP-SentencePiece: its δ (composed with DP-SGD's).
     c.tokenizer.dp_max_words = 64  # DP-SentencePiece: words kept per pair.
+    c.tokenizer.sentinels = 0  # SentencePiece kinds: T5 <extra_id_i> reserved (span_corruption).
 
     c.model = ml_collections.ConfigDict()
     c.model.name_or_path = config_dict.placeholder(str)  # Pretrained: hub name or local dir.

@@ -36,10 +36,15 @@ _PRIVACY_KEYS = {
     "steps_done": "steps done",
     "steps_planned": "steps planned",
     "composition": "composition",
+    "example": "one training example (the unit ε is stated for)",
+    "joint_dp_sgd": "both stages' DP-SGD in one accountant",
     "validation_is_private": "validation carved from the private training data (NOT covered)",
     "assumed_public": "assumed public",
 }
 # dp.unit="group" (results.json "privacy_unit"): N and L count groups, not pairs.
+# A pre-training objective's report (an "example" other than a pair): N counts non-empty texts.
+_TEXT_LABELS = {"dataset_size": "training texts N"}
+_ONE_PAIR = "one sentence pair"
 _GROUP_LABELS = {
     "dataset_size": "groups N_groups",
     "expected_lot_size": "expected groups per lot L",
@@ -72,6 +77,9 @@ def group_unit(privacy: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _covers(privacy: Mapping[str, Any]) -> tuple[str, str, str]:
     """(the neighbour, the clipping, the counts assumed public) of the report's privacy unit."""
     unit = group_unit(privacy)
+    example = privacy.get("example")
+    if unit is None and isinstance(example, str) and example != _ONE_PAIR:
+        return (f"{example} of the training data", "per-example clipping", "N and other counts")
     if unit is None:
         return (
             "one training sentence pair",
@@ -87,7 +95,9 @@ def _covers(privacy: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
-    labels = _PRIVACY_KEYS | (_GROUP_LABELS if group_unit(privacy) is not None else {})
+    texts = privacy.get("example") not in (None, _ONE_PAIR)
+    labels = _PRIVACY_KEYS | (_TEXT_LABELS if texts else {})
+    labels |= _GROUP_LABELS if group_unit(privacy) is not None else {}
     neighbour, clipping, counts = _covers(privacy)
     lines = ["## Privacy", ""]
     if not privacy.get("private", False):
@@ -139,6 +149,18 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
     unit = group_unit(privacy)
     if unit is not None and unit.get("note"):
         lines += ["", f"**The privacy unit.** {unit['note']}"]
+    pretrained = privacy.get("pretrained") or {}
+    if pretrained.get("composed") and isinstance(pretrained.get("record"), Mapping):
+        theirs = pretrained["record"].get("example") or _ONE_PAIR
+        ours = privacy.get("example") or _ONE_PAIR
+        joint = "one dp_accounting event" in str(privacy.get("composition"))
+        how = "both DP-SGD runs in one accountant" if joint else "the sum of the two totals"
+        lines += [
+            "",
+            f"**Two private stages.** The total ε ({how}) composes the pretrained export's "
+            f"own guarantee, per {theirs}, with this run's, per {ours}: it bounds one person "
+            "with at most one example in each stage's training data.",
+        ]
     return lines
 
 
@@ -163,6 +185,24 @@ def _scores_section(results: Mapping[str, Any] | None) -> list[str]:
     if note:
         lines.append(f"_{note}_")
     return lines
+
+
+def _objective_lines(data, privacy: Mapping[str, Any]) -> list[str]:
+    """The pre-training objective and its unit (`data.objective`); none for translation."""
+    if data.objective == "translation":
+        return []
+    how = {
+        "span_corruption": f"T5 span corruption (noise density {data.noise_density}, mean "
+        f"span {data.mean_span_length} tokens): the targets are masked spans",
+        "prefix_lm": f"prefix LM (split in [{data.prefix_min_fraction}, "
+        f"{data.prefix_max_fraction}] of the length): the target is the continuation",
+    }[data.objective]
+    return [
+        f"- objective: {data.objective}, {how}; on {data.text_language} text only "
+        "(monolingual: not a translation model until fine-tuned)",
+        f"- unit of privacy: {privacy.get('example') or 'one text'}; N counts the non-empty "
+        f"{data.text_language} texts (empty lines dropped before sampling)",
+    ]
 
 
 def _finetuning(model: ModelConfig) -> str:
@@ -223,6 +263,8 @@ def render(
     base = public_name(base) if base else "none (trained from scratch)"
     epsilon = privacy.get("total_epsilon")
     title = f"# dpnmt translation model ({pair})"
+    if data.objective != "translation":
+        title = f"# dpnmt pre-trained model ({data.objective} on {data.text_language} text)"
     summary = (
         f"Trained with dpnmt (JAX/Flax DP-SGD) and exported to "
         f"transformers. Base model: {base}. Steps: {steps_done}. "
@@ -241,6 +283,7 @@ def render(
         f"- corpus: {public_corpus(data.corpus)}, direction {pair}",
         f"- max source / target tokens: {data.max_source_length} / {data.max_target_length}",
         f"- vocabulary: {_vocabulary_kind(run, privacy)}",
+        *_objective_lines(data, privacy),
         f"- trained parameters: {_finetuning(model)}",
     ]
     if data.max_train_examples is not None:

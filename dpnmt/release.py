@@ -20,7 +20,7 @@ from typing import Any
 
 from dpnmt import model_card
 from dpnmt.config import DataConfig, EvalConfig, ModelConfig
-from dpnmt.data import corpus_record, hf_tokenizer, tokenizers
+from dpnmt.data import corpus_record, hf_tokenizer, text_objective, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
@@ -236,6 +236,7 @@ def export_run(workdir: str, out_dir: str) -> str:
             vocabulary,
             validation_is_private=carved,
             pretrained=pretrained_privacy.recorded_claim(run, workdir),
+            example=text_objective.example_unit(run.data),
         ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)

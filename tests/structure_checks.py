@@ -66,6 +66,7 @@ LAYERS = (
             "dpnmt.auditing",
             "dpnmt.auditing.run",
             "dpnmt.auditing.scoring",
+            "dpnmt.auditing.memorization",
             "dpnmt.sweeps",
             "dpnmt.sweeps.*",
             "dpnmt.release",

@@ -16,6 +16,7 @@ APPS = (
     "dpnmt.sweep",
     "dpnmt.report",
     "dpnmt.audit",
+    "dpnmt.memorization",
     "dpnmt.noise_to_signal",
     "dpnmt.public_vocab",
 )
@@ -105,7 +106,14 @@ def test_unknown_variant_is_one_line_naming_the_valid_ones(capsys):
     assert "Traceback" not in lines[0]
 
 
-FAST_HELP_APPS = ("dpnmt.train", "dpnmt.translate", "dpnmt.decode", "dpnmt.report", "dpnmt.plan")
+FAST_HELP_APPS = (
+    "dpnmt.train",
+    "dpnmt.translate",
+    "dpnmt.decode",
+    "dpnmt.report",
+    "dpnmt.plan",
+    "dpnmt.memorization",
+)
 HEAVY = ("jax", "torch", "transformers", "datasets", "dp_accounting", "matplotlib", "orbax")
 
 

@@ -26,6 +26,7 @@ from dpnmt.config.fields import (
 
 TokenizeTrain = Literal["auto", "upfront", "per_lot"]
 BsdSplit = Literal["train", "dev"]
+Objective = Literal["translation", "span_corruption", "prefix_lm"]  # data.objectives.OBJECTIVES
 TokenizerKind = Literal[
     "auto", "pretrained", "dp_sentencepiece", "sentencepiece_public", "sentencepiece_private"
 ]
@@ -98,6 +99,13 @@ class DataConfig(Section):
     detokenize: bool = False
     tokenize_train: TokenizeTrain = "auto"
     length_buckets: str = "auto"
+    objective: Objective = "translation"
+    objective_language: str | None = None
+    noise_density: float = 0.15
+    mean_span_length: float = 3.0
+    prefix_min_fraction: float = 0.0
+    prefix_max_fraction: float = 1.0
+    objective_seed: int = 0  # Public by design (config_lib): draws = f(seed, text).
 
     # config.data field -> the corpus loader option it feeds (`corpora.CORPORA`).
     CORPUS_OPTIONS: typing.ClassVar[dict[str, str]] = {
@@ -108,16 +116,48 @@ class DataConfig(Section):
 
     def problems(self) -> list[str]:
         """Choices and ranges of the data fields."""
-        return self.choice_problems() + self.ranges(
-            (
-                ("max_source_length", at_least(1), ">= 1 (tokens per source)"),
-                ("max_target_length", at_least(1), ">= 1 (tokens per target)"),
-                ("max_train_examples", at_least(1), ">= 1 (or unset for all)"),
-                ("max_eval_examples", at_least(1), ">= 1"),
-                ("max_test_examples", at_least(1), ">= 1 (or unset for all)"),
-                ("validation_size", at_least(1), ">= 1 (or unset)"),
+        return (
+            self.choice_problems()
+            + self.ranges(
+                (
+                    ("max_source_length", at_least(1), ">= 1 (tokens per source)"),
+                    ("max_target_length", at_least(1), ">= 1 (tokens per target)"),
+                    ("max_train_examples", at_least(1), ">= 1 (or unset for all)"),
+                    ("max_eval_examples", at_least(1), ">= 1"),
+                    ("max_test_examples", at_least(1), ">= 1 (or unset for all)"),
+                    ("validation_size", at_least(1), ">= 1 (or unset)"),
+                    ("noise_density", lambda v: 0 < v < 1, "in (0, 1) (T5: 0.15)"),
+                    ("mean_span_length", lambda v: v >= 1, ">= 1 token (T5: 3)"),
+                    ("prefix_min_fraction", lambda v: 0 <= v <= 1, "in [0, 1]"),
+                    ("prefix_max_fraction", lambda v: 0 <= v <= 1, "in [0, 1]"),
+                    ("objective_seed", lambda v: 0 <= v < 2**63, "in [0, 2**63)"),
+                )
             )
+            + self.objective_problems()
         )
+
+    def objective_problems(self) -> list[str]:
+        """The pre-training objective's language and prefix range (`objective_language`)."""
+        if self.objective == "translation":
+            return []
+        problems, languages = [], self.pair.split("-")
+        if self.objective_language is not None and self.objective_language not in languages:
+            problems.append(
+                f"data.objective_language={self.objective_language!r} is not a language of "
+                f"data.pair={self.pair!r}; use one of {languages} (unset: the source, "
+                f"{languages[0]!r})."
+            )
+        if self.prefix_min_fraction > self.prefix_max_fraction:
+            problems.append(
+                f"data.prefix_min_fraction={self.prefix_min_fraction} exceeds "
+                f"data.prefix_max_fraction={self.prefix_max_fraction}; swap them."
+            )
+        return problems
+
+    @property
+    def text_language(self) -> str:
+        """The language an objective run reads (`objective_language`, else the source)."""
+        return self.objective_language or self.pair.split("-")[0]
 
     def corpus_options(self) -> dict[str, typing.Any]:
         """The corpus loader's keyword options (unset fields left out)."""
@@ -147,6 +187,7 @@ class TokenizerConfig(Section):
     dp_noise_stddev: float = 20.0
     dp_delta: float = 1e-9
     dp_max_words: int = 64
+    sentinels: int = 0
 
     def problems(self) -> list[str]:
         """Choices and ranges of the tokenizer fields (the DP ones: `dp_problems`)."""
@@ -154,6 +195,7 @@ class TokenizerConfig(Section):
             (
                 ("vocab_size", at_least(8), ">= 8 pieces"),
                 ("dp_max_words", at_least(1), ">= 1"),
+                ("sentinels", at_least(0), ">= 0 (T5 sentinels reserved)"),
             )
         )
 

@@ -223,6 +223,36 @@ def _bisect(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float)
     return hi
 
 
+def compute_epsilon_sequential(
+    stages: tuple[tuple[float, float, int], ...], delta: float, accountant: str = "pld"
+) -> float:
+    """ε of several Poisson-sampled DP-SGD runs on one person's data, composed in one accountant.
+
+    Not in `dpnmt.core.__all__` (the two-stage report's helper,
+    `dpnmt.training.stage_composition`). Each stage is T Poisson-sampled
+    Gaussian steps (`compute_epsilon`'s event) under add/remove adjacency; the
+    neighbour removes the person's example from every stage's data. The joint
+    event's ε is never above the sum of the stages' ε at deltas summing to
+    `delta` up to discretisation (the accountants are tight for composition).
+
+    Args:
+      stages: (σ > 0, q in (0, 1], T >= 1) of each run.
+      delta: δ in (0, 1) of the composition.
+      accountant: "pld" (default) or "rdp".
+
+    Returns:
+      ε (float; inf if none is finite at `delta`).
+    """
+    events = []
+    for sigma, rate, steps in stages:
+        sigma = validation.check_positive("noise_multiplier", sigma)
+        rate = validation.check_sampling_rate(rate)
+        steps = validation.check_num_steps("num_steps", steps)
+        events.append(dp_sgd_event(sigma, rate, steps))
+    delta = validation.check_delta(delta)
+    return _epsilon(dp_accounting.ComposedDpEvent(events), delta, accountant)
+
+
 def compute_epsilon_shuffled(
     noise_multiplier: float,
     num_epochs: int,

@@ -6,7 +6,7 @@ The rules the data section alone can check are `dpnmt.config.DataConfig.problems
 import os
 
 from dpnmt.config import DataConfig, PrivacyConfig
-from dpnmt.data import corpora, dp_sentencepiece, groups, languages, preprocess
+from dpnmt.data import corpora, dp_sentencepiece, groups, languages, objectives, preprocess
 from dpnmt.errors import InputError
 
 # A learnt SentencePiece here has pad, eos and unk, 256 byte pieces (byte
@@ -82,6 +82,41 @@ def _mixture_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
             "no weights, or pre-train on the public mixture in a non-private run first."
         )
     return problems
+
+
+def objective_problems(run) -> list[str]:
+    """A pre-training objective (`data.objective`) with mBART, or too few sentinels.
+
+    Args:
+      run: the `RunConfig` (its data, model and tokenizer sections).
+    """
+    data = run.data
+    if data.objective == "translation":
+        return []
+    if run.model.family == "mbart":
+        return [
+            f"data.objective={data.objective!r} with model.family='mbart': mBART's language "
+            "codes have no place in a monolingual example; use a T5 model (family t5 or none)."
+        ]
+    try:
+        kind = run.tokenizer_kind
+    except InputError:
+        return []  # Named by the tokenizer problems.
+    if data.objective != "span_corruption" or kind == "pretrained":
+        return []  # A pretrained tokenizer's sentinels are looked up when it loads.
+    needed = objectives.span_count(
+        data.max_source_length - 1,
+        noise_density=data.noise_density,
+        mean_span_length=data.mean_span_length,
+    )
+    if run.tokenizer.sentinels < needed:
+        return [
+            f"data.objective='span_corruption' on texts of up to {data.max_source_length - 1} "
+            f"tokens uses up to {needed} sentinels, but tokenizer.sentinels="
+            f"{run.tokenizer.sentinels}; set tokenizer.sentinels >= {needed} (reserved "
+            "<extra_id_i> pieces: no privacy cost)."
+        ]
+    return []
 
 
 def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:

@@ -257,6 +257,7 @@ def train_dp_sentencepiece(
     byte_fallback: bool = True,
     split_words: Callable[[str], list[str]] = str.split,
     public_words: Sequence[str] = (),
+    sentinels: int = 0,
 ) -> tuple[SentencePieceTokenizer, VocabularyRecord]:
     """Trains a SentencePiece model on a DP word histogram of private sentence pairs.
 
@@ -277,6 +278,7 @@ def train_dp_sentencepiece(
         unspaced Japanese/Chinese sentence one word (which rarely survives).
       public_words: data-independent words added to the survivors
         (`with_public_words`; the task prefix's), recorded in the details.
+      sentinels: T5 sentinel pieces reserved (span corruption; data-independent).
 
     Returns:
       (tokenizer, record) with epsilon, delta, epsilon_analytic and the number of
@@ -305,11 +307,12 @@ def train_dp_sentencepiece(
     # SentencePiece needs a piece per character (coverage 1.0; ▁, the word boundary, too)
     # besides the special and byte pieces: fail in one line (the survivors are the DP output).
     characters = len(set("▁").union(*survivors)) if character_coverage >= 1.0 else 0
-    if characters + _SPECIAL_AND_BYTE_PIECES * byte_fallback > vocab_size:
+    if characters + _SPECIAL_AND_BYTE_PIECES * byte_fallback + sentinels > vocab_size:
         raise ConfigError(
             f"tokenizer.vocab_size={vocab_size} is too small for the DP vocabulary: the words "
             f"that passed its threshold hold {characters} distinct characters, and SentencePiece "
-            f"needs a piece for each besides {_SPECIAL_AND_BYTE_PIECES} special and byte pieces. "
+            f"needs a piece for each besides {_SPECIAL_AND_BYTE_PIECES} special and byte pieces "
+            f"and {sentinels} sentinels. "
             "Raise tokenizer.vocab_size (e.g. 1000), or use a public vocabulary."
         )
     with tempfile.TemporaryDirectory() as folder:
@@ -328,6 +331,7 @@ def train_dp_sentencepiece(
                 character_coverage=character_coverage,
                 byte_fallback=byte_fallback,
                 seed=seed % 2**31,
+                sentinels=sentinels,
             ),
         )
         tokenizer = SentencePieceTokenizer.load(model_path + ".model")

@@ -123,16 +123,22 @@ class PairEncoder:
     demand (`OnDemandSplit`), so the two give the same ids.
     """
 
-    def __init__(self, tokenizer: Tokenizer, prefix: str, max_source: int, max_target: int):
-        """Keeps the tokenizer, the source prefix and the max lengths (ids, specials included)."""
+    def __init__(self, tokenizer, prefix, max_source, max_target, objective=None):
+        """Keeps the tokenizer, prefix, max lengths and a `TextObjective` (or None)."""
         self._tokenizer, self._prefix = tokenizer, prefix
         self._max_source, self._max_target = max_source, max_target
+        self._objective = objective
 
     def __call__(self, sources: Sequence[str], targets: Sequence[str]):
         """Returns (input_ids, labels, source full lengths, target full lengths).
 
         ids: one list of int per pair, truncated; full lengths: before truncation.
         """
+        if self._objective is not None:  # Pre-training: an example from its text alone.
+            texts = [self._prefix + s for s in sources]
+            return self._objective.encode(
+                self._tokenizer, texts, self._max_source, self._max_target
+            )
         input_ids, source_full = _encode_with_truncation(
             self._tokenizer, [self._prefix + s for s in sources], self._max_source, target=False
         )
@@ -205,6 +211,7 @@ def preprocess(
     source_prefix: str | None = None,
     cache_dir: str | None = None,
     batch_size: int = 1000,
+    objective=None,
 ) -> tuple[datasets.DatasetDict, PreprocessStats]:
     """Tokenizes every split of a corpus for one model family.
 
@@ -219,6 +226,7 @@ def preprocess(
       source_prefix: overrides the family's prefix (e.g. "" for a T5 without one).
       cache_dir: folder for datasets' cache files; None keeps results in memory.
       batch_size: rows tokenized per call.
+      objective: a `TextObjective` (pre-training: examples from source texts), or None.
 
     Returns:
       (DatasetDict of the output columns, PreprocessStats with per-split counts).
@@ -239,8 +247,10 @@ def preprocess(
         "max_source_length": max_source_length,
         "max_target_length": max_target_length,
     }
+    # All of the objective's parameters: datasets caches an Arrow-backed corpus by `key`.
+    options |= {"objective": objective.options()} if objective is not None else {}
 
-    encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length)
+    encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length, objective)
 
     def tokenize(batch, indices):
         sources, targets = _sides(batch["translation"], pair)
@@ -277,7 +287,8 @@ def preprocess(
     processed, split_stats = {}, {}
     for split, dataset in corpus.items():
         key = _cache_key(dataset._fingerprint, options)
-        cache_kwargs = {}
+        # An objective's splits stay in memory: no datasets cache file read or written.
+        cache_kwargs = {"load_from_cache_file": False, "keep_in_memory": True} if objective else {}
         if cache_dir is not None:
             os.makedirs(cache_dir, exist_ok=True)
             cache_kwargs = {
@@ -296,7 +307,7 @@ def preprocess(
             **cache_kwargs,
         )
         split_stats[split] = _split_stats(mapped, max_source_length, max_target_length)
-        filter_kwargs = {}
+        filter_kwargs = dict(cache_kwargs) if objective is not None else {}
         if cache_dir is not None:
             filter_kwargs = {
                 "cache_file_name": os.path.join(cache_dir, f"{split}-{key}-kept.arrow"),
@@ -400,6 +411,7 @@ def preprocess_on_demand(
     max_target_length: int,
     source_prefix: str | None = None,
     batch_size: int = 10_000,
+    objective=None,
 ) -> tuple[OnDemandSplit, SplitStats]:
     """Like `preprocess` for one split, but tokenizing rows only when they are fetched.
 
@@ -416,6 +428,7 @@ def preprocess_on_demand(
       max_target_length: as for `preprocess`.
       source_prefix: as for `preprocess`.
       batch_size: rows read per pass step.
+      objective: as for `preprocess`.
 
     Returns:
       (OnDemandSplit over the kept pairs, SplitStats with truncation counts None).
@@ -432,6 +445,6 @@ def preprocess_on_demand(
         target_empty += batch_target_empty
     source_empty, target_empty = np.asarray(source_empty, bool), np.asarray(target_empty, bool)
     kept = np.flatnonzero(~(source_empty | target_empty)).astype(np.int64)
-    encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length)
+    encode = PairEncoder(tokenizer, prefix, max_source_length, max_target_length, objective)
     stats = _counts(source_empty, target_empty, None, None)
     return OnDemandSplit(split, kept, encode, pair), stats

@@ -56,6 +56,7 @@ class PublicVocabSpec:
       character_coverage: SentencePiece's character coverage.
       byte_fallback: unseen characters as bytes.
       seed: SentencePiece's seed (public data: a fixed seed is fine).
+      sentinels: T5 sentinel pieces reserved (`tokenizer.sentinels`).
     """
 
     corpora: tuple[str, ...]
@@ -65,28 +66,40 @@ class PublicVocabSpec:
     character_coverage: float = 1.0
     byte_fallback: bool = True
     seed: int = 0
+    sentinels: int = 0
 
     @classmethod
     def create(
-        cls, corpora: str, pair: str, vocab_size: int, model_type: str = "unigram"
+        cls,
+        corpora: str,
+        pair: str,
+        vocab_size: int,
+        model_type: str = "unigram",
+        sentinels: int = 0,
     ) -> "PublicVocabSpec":
         """From a comma-separated corpus list and a pair ("de-en")."""
         entries = mixture.parse_corpus_names(corpora, "tokenizer.public_corpora")
         names = tuple(entry.name for entry in entries)
         languages = tuple(sorted(parse_pair(pair).languages))
-        return cls(names, languages, int(vocab_size), model_type)
+        return cls(names, languages, int(vocab_size), model_type, sentinels=int(sentinels))
 
     @classmethod
     def from_sections(cls, tokenizer: TokenizerConfig, pair: str) -> "PublicVocabSpec":
         """The spec of `tokenizer.public_corpora` for a run on `pair` (`data.pair`)."""
         return cls.create(
-            tokenizer.public_corpora, pair, tokenizer.vocab_size, tokenizer.model_type
+            tokenizer.public_corpora,
+            pair,
+            tokenizer.vocab_size,
+            tokenizer.model_type,
+            tokenizer.sentinels,
         )
 
     def trainer_options(self) -> dict[str, Any]:
         """The options that, with the text, decide the model (the key hashes them)."""
         fields = dataclasses.asdict(self)
         del fields["corpora"], fields["languages"]
+        if not fields["sentinels"]:
+            del fields["sentinels"]  # The keys of vocabularies without sentinels stay.
         return fields
 
 

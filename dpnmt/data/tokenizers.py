@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import sentencepiece as spm
 
+from dpnmt.data.objectives import sentinel_pieces
 from dpnmt.public_names import public_name
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -105,6 +106,11 @@ class SentencePieceTokenizer:
     def pieces(self) -> list[str]:
         """The vocabulary's pieces, by id."""
         return [self._processor.id_to_piece(i) for i in range(self.vocab_size)]
+
+    def piece_id(self, piece: str) -> int | None:
+        """The id of `piece` (e.g. a sentinel `<extra_id_0>`), None when absent."""
+        found = self._processor.piece_to_id(piece)
+        return found if self._processor.id_to_piece(found) == piece else None
 
     def encode(
         self, texts: Sequence[str], *, target: bool = False, max_length: int | None = None
@@ -211,6 +217,10 @@ class HFTokenizer:
                 return self.tokenizer(text_target=list(texts), **kwargs)["input_ids"]
             return self.tokenizer(list(texts), **kwargs)["input_ids"]
 
+    def piece_id(self, piece: str) -> int | None:
+        """The id of token `piece` (e.g. T5's `<extra_id_0>`), None when absent."""
+        return self.tokenizer.get_vocab().get(piece)
+
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Text per id list, special tokens skipped."""
         rows = [[int(i) for i in row] for row in ids]
@@ -269,12 +279,18 @@ def sentencepiece_trainer_args(
     character_coverage: float,
     byte_fallback: bool,
     seed: int,
+    sentinels: int = 0,
 ) -> dict[str, Any]:
-    """Trainer options shared by every SentencePiece model here (ids pad=0, eos=1, unk=2)."""
+    """Trainer options shared by every SentencePiece model here (ids pad=0, eos=1, unk=2).
+
+    `sentinels` > 0 reserves T5's `<extra_id_i>` as control symbols (ids 3, 4, ...).
+    """
     if model_type not in ("unigram", "bpe"):
         raise ValueError(f"model_type must be 'unigram' or 'bpe', not {model_type!r}.")
     spm.set_random_generator_seed(seed)
+    extra = {"control_symbols": sentinel_pieces(sentinels)} if sentinels else {}
     return dict(
+        **extra,
         vocab_size=vocab_size,
         model_type=model_type,
         character_coverage=character_coverage,
@@ -309,6 +325,7 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     byte_fallback: bool = True,
     seed: int = 0,
+    sentinels: int = 0,
 ) -> tuple[SentencePieceTokenizer, VocabularyRecord]:
     """Trains SentencePiece on PUBLIC text files (one sentence a line).
 
@@ -319,6 +336,7 @@ def train_sentencepiece(
       character_coverage: fraction of characters covered (0.9995 for CJK).
       byte_fallback: encode unseen characters as bytes so any text round-trips.
       seed: SentencePiece's random seed.
+      sentinels: T5 sentinel pieces to reserve (span corruption), 0 for none.
 
     Returns:
       (tokenizer, record) with covered_by_guarantee=True (public data only).
@@ -336,6 +354,7 @@ def train_sentencepiece(
         character_coverage=character_coverage,
         byte_fallback=byte_fallback,
         seed=seed,
+        sentinels=sentinels,
     )
     record = VocabularyRecord(
         kind="sentencepiece_public",
@@ -358,6 +377,7 @@ def train_sentencepiece_on_texts(
     character_coverage: float = 1.0,
     byte_fallback: bool = True,
     seed: int = 0,
+    sentinels: int = 0,
 ) -> SentencePieceTokenizer:
     """Trains SentencePiece in memory on PUBLIC sentences (`dpnmt.data.public_vocab`).
 
@@ -370,6 +390,7 @@ def train_sentencepiece_on_texts(
         character_coverage=character_coverage,
         byte_fallback=byte_fallback,
         seed=seed,
+        sentinels=sentinels,
     )
 
 
@@ -382,6 +403,7 @@ def train_private_sentencepiece(
     character_coverage: float = 1.0,
     byte_fallback: bool = True,
     seed: int = 0,
+    sentinels: int = 0,
 ) -> tuple[SentencePieceTokenizer, VocabularyRecord]:
     """Trains plain SentencePiece on PRIVATE text: the vocabulary is NOT private.
 
@@ -393,6 +415,7 @@ def train_private_sentencepiece(
       character_coverage: fraction of characters covered.
       byte_fallback: encode unseen characters as bytes.
       seed: SentencePiece's random seed.
+      sentinels: T5 sentinel pieces to reserve (span corruption), 0 for none.
 
     Returns:
       (tokenizer, record) with covered_by_guarantee=False.
@@ -413,6 +436,7 @@ def train_private_sentencepiece(
         character_coverage=character_coverage,
         byte_fallback=byte_fallback,
         seed=seed,
+        sentinels=sentinels,
     )
     record = VocabularyRecord(
         kind="sentencepiece_private",

@@ -14,7 +14,7 @@ import jax
 
 from dpnmt import bridge, models, privacy
 from dpnmt.config import RunConfig
-from dpnmt.data import tokenizers
+from dpnmt.data import text_objective, tokenizers
 from dpnmt.errors import ConfigError, MissingInputError
 from dpnmt.evaluation import evaluator as evaluator_lib
 from dpnmt.training import checkpointing, pieces, pretrained_privacy, steps
@@ -98,7 +98,9 @@ def decode_and_score(
     tokenizer, vocabulary = pieces.build_tokenizer(
         run, corpus, workdir, noise_seed=None, learn=False
     )
-    tokenized, _ = pieces.tokenize_corpus(run, corpus, tokenizer)
+    # An objective run's examples: the public draws of data.objective_seed (zero-shot too).
+    objective = pieces.make_objective(run.data, tokenizer)
+    tokenized, _ = pieces.tokenize_corpus(run, corpus, tokenizer, objective)
     model, model_config, params = pieces.build_model(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
@@ -111,6 +113,7 @@ def decode_and_score(
             vocabulary,
             validation_is_private=pieces.validation_is_carved_from_train(corpus),
             pretrained=pretrained_privacy.recorded_claim(run, workdir),
+            example=text_objective.example_unit(run.data),
         ).to_json()
     settings = evaluator_lib.EvalSettings(run.eval, run.data, run.train.physical_batch_size)
     evaluator = evaluator_lib.Evaluator(

@@ -88,6 +88,8 @@ class Evaluator:
             length_penalty=self._eval.length_penalty,
         )
         self._target = parse_pair(self._data.pair).target
+        if self._data.objective != "translation":  # Targets are spans of the text's language.
+            self._target = self._data.text_language
         self._timer = timer
 
     def _phase(self, name: str):
@@ -97,6 +99,10 @@ class Evaluator:
         split = self._tokenized[name]
         if limit is not None and limit < len(split):
             split = split.select(range(limit))
+        if self._data.objective != "translation":
+            # Pre-training: the reference is the objective's target (the masked spans
+            # or the continuation, sentinels dropped by decoding), not a translation.
+            return split, self._tokenizer.decode(list(split["labels"]))
         originals = self._corpus[name]["translation"]
         references = [originals[i][self._target] for i in split["example_index"]]
         return split, references
@@ -127,7 +133,7 @@ class Evaluator:
         return hypotheses, references
 
     def scores(self, hypotheses, references, *, bertscore: bool) -> dict:
-        """SacreBLEU (score, signature), chrF and optionally BERTScore."""
+        """SacreBLEU (score, signature), chrF, optionally BERTScore; EM for an objective."""
         kwargs = dict(detokenize=self._data.detokenize, target_lang=self._target)
         bleu = metrics.corpus_bleu(hypotheses, references, **kwargs)
         chrf = metrics.corpus_chrf(hypotheses, references, **kwargs)
@@ -137,6 +143,9 @@ class Evaluator:
             "chrf": chrf["score"],
             "num_sentences": len(hypotheses),
         }
+        if self._data.objective != "translation":  # The paper's EM: the whole target produced.
+            exact = [h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True)]
+            out["exact_match"] = sum(exact) / max(1, len(exact))
         if bertscore:
             hyp, ref = hypotheses, references
             if self._data.detokenize:

@@ -119,9 +119,9 @@ def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -
     corpus = pieces.load_corpus(run.data)
     tokenizer, _ = pieces.build_tokenizer(run, corpus, workdir, noise_seed=None, learn=False)
     # The validation split alone: the private train split is not read or counted.
-    tokenized, _ = pieces.tokenize_corpus(
-        run, datasets.DatasetDict(validation=corpus["validation"]), tokenizer
-    )
+    validation = datasets.DatasetDict(validation=corpus["validation"])
+    objective = pieces.make_objective(run.data, tokenizer)
+    tokenized, _ = pieces.tokenize_corpus(run, validation, tokenizer, objective)
     model, model_config, initial = pieces.build_model(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )

@@ -37,7 +37,8 @@ class EpsilonCheck:
       agrees: whether they match within the tolerances (True when nothing to check).
       total_reported: results.json's total_epsilon.
       total_recomputed: recomputed DP-SGD ε plus the vocabulary's and a composed
-        pretrained export's ε, as recorded; None when not recomputed.
+        pretrained export's ε, as recorded (two stages in one accountant: both
+        DP-SGD runs recomputed as one event); None when not recomputed.
       note: one line for the report: what was recomputed, or why it disagrees.
     """
 
@@ -60,23 +61,32 @@ def recompute_epsilon(privacy: dict) -> float:
       KeyError, ValueError: the record lacks σ, L, N, T or δ, or names an
         unknown sampling.
     """
+    return _epsilon([_event(privacy)], float(privacy["dp_sgd_delta"]), privacy.get("bound"))
+
+
+def _event(privacy: dict):
+    """The DP-SGD event a "privacy" record describes (σ, q = L/N, T, its sampling)."""
     sigma = float(privacy["noise_multiplier"])
     lot, size = int(privacy["expected_lot_size"]), int(privacy["dataset_size"])
-    steps, delta = int(privacy["steps_planned"]), float(privacy["dp_sgd_delta"])
+    steps = int(privacy["steps_planned"])
     gaussian = dp_accounting.GaussianDpEvent(sigma)
     if privacy["sampling"] == "poisson":
-        event = dp_accounting.SelfComposedDpEvent(
+        return dp_accounting.SelfComposedDpEvent(
             dp_accounting.PoissonSampledDpEvent(lot / size, gaussian), steps
         )
-    elif privacy["sampling"] == "shuffle":
+    if privacy["sampling"] == "shuffle":
         epochs = max(1, math.ceil(steps / (size // lot)))
-        event = dp_accounting.SelfComposedDpEvent(gaussian, epochs)
-    else:
-        raise ValueError(f"sampling={privacy['sampling']!r}: expected 'poisson' or 'shuffle'.")
+        return dp_accounting.SelfComposedDpEvent(gaussian, epochs)
+    raise ValueError(f"sampling={privacy['sampling']!r}: expected 'poisson' or 'shuffle'.")
+
+
+def _epsilon(events, delta: float, bound) -> float:
+    """ε of `events` composed, by the accountant `bound` names."""
+    event = dp_accounting.ComposedDpEvent(list(events))
     rdp = rdp_privacy_accountant.RdpAccountant()
     rdp.compose(event)
     rdp_epsilon = float(rdp.get_epsilon(delta))
-    if "RDP" in str(privacy.get("bound", "")) or not math.isfinite(rdp_epsilon):
+    if "RDP" in str(bound or "") or not math.isfinite(rdp_epsilon):
         return rdp_epsilon
     # 1e-4, coarser only at large ε where a fine grid takes minutes (the relative
     # error stays ≤ 1e-5 · ε per step of the grid).
@@ -84,6 +94,24 @@ def recompute_epsilon(privacy: dict) -> float:
     pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
     pld.compose(event)
     return float(pld.get_epsilon(delta))
+
+
+def _joint_total(privacy: dict) -> float | None:
+    """The total of a two-stage record composed in one accountant (`joint_dp_sgd`), or None.
+
+    Both DP-SGD runs (the pretrained export's record and this run's) as one
+    event at the sum of their δ, plus this run's vocabulary ε and what the
+    export's total adds beyond its DP-SGD.
+    """
+    joint, pretrained = privacy.get("joint_dp_sgd"), privacy.get("pretrained") or {}
+    record = pretrained.get("record")
+    if not joint or "one dp_accounting event" not in str(privacy.get("composition")):
+        return None
+    delta = float(record["dp_sgd_delta"]) + float(privacy["dp_sgd_delta"])
+    accountant = "RDP" if joint.get("accountant") == "rdp" else "PLD"
+    epsilon = _epsilon([_event(record), _event(privacy)], delta, accountant)
+    other = max(0.0, _float(record["total_epsilon"]) - _float(record["dp_sgd_epsilon"]))
+    return epsilon + other + _float((privacy.get("vocabulary") or {}).get("epsilon") or 0.0)
 
 
 def check_run(privacy: dict) -> EpsilonCheck:
@@ -103,6 +131,9 @@ def check_run(privacy: dict) -> EpsilonCheck:
     if pretrained.get("composed"):
         before += _float(pretrained.get("epsilon"))
     total_recomputed = recomputed + before
+    joint = _joint_total(privacy)
+    if joint is not None:  # Two private stages in one accountant (`training.stage_composition`).
+        total_recomputed = joint
     agrees = abs(reported - recomputed) <= tolerance and (
         total == total_recomputed or abs(total - total_recomputed) <= tolerance
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 from dpnmt import distributed, models, privacy
 from dpnmt.config import RunConfig
+from dpnmt.data import text_objective
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
 from dpnmt.training import actions, checkpointing, interruption, steps
 from dpnmt.training.lot_runner import LotRunner
@@ -165,6 +166,21 @@ def published_train_counts(plan: privacy.PrivacyPlan) -> dict[str, int]:
     return {"num_kept": plan.dataset_size}
 
 
+def objective_json(data) -> dict:
+    """results.json's "objective" (pre-training runs only): what an example and the unit are."""
+    if data.objective == "translation":
+        return {}
+    return {
+        "objective": {
+            "name": data.objective,
+            "language": data.text_language,
+            "unit": "one text (a line of data.objective_language): ε is stated for adding or "
+            "removing one text; N counts the non-empty texts of that language (empty "
+            "lines are dropped before sampling, decided from the text alone)",
+        }
+    }
+
+
 def _results(
     run: RunPieces, state: LoopState, evaluator, params, start_step: int, train_seconds: float
 ) -> dict:
@@ -182,7 +198,9 @@ def _results(
             record.vocabulary,
             validation_is_private=record.validation_is_private,
             pretrained=record.pretrained,
+            example=text_objective.example_unit(run.config.data),
         ).to_json(),
+        **objective_json(run.config.data),
         "history": state.history_json(),
         "stopped_early": state.stopped_early,
         "steps_done": state.step,

@@ -19,24 +19,41 @@ import jax
 from dpnmt import models
 from dpnmt.config import RunConfig
 from dpnmt.config.sections import DataConfig, ModelConfig, TokenizerConfig
-from dpnmt.data import corpora, dp_sentencepiece, groups, health, public_vocab, tokenizers
+from dpnmt.data import (
+    corpora,
+    dp_sentencepiece,
+    groups,
+    health,
+    objectives,
+    public_vocab,
+    text_objective,
+    tokenizers,
+)
 from dpnmt.data import preprocess as preprocess_lib
 from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ConfigError, ModelUnavailableError
 from dpnmt.models import lora
 from dpnmt.training import pretrained_privacy
-from dpnmt.training.run_dir import TOKENIZER_FILE, VOCABULARY_RECORD_FILE
+from dpnmt.training.run_dir import (
+    TOKENIZER_FILE,
+    VOCABULARY_RECORD_FILE,
+)
 
 
 def load_corpus(data: DataConfig) -> datasets.DatasetDict:
     """The corpus named by the `data` section, train split limited if asked."""
+    options = data.corpus_options()  # data.dir -> data_dir, ...
+    first = corpora.mixture.first_registry_name(data.corpus)
+    if data.objective != "translation" and "monolingual_language" in corpora.accepted_options(
+        first
+    ):
+        options["monolingual_language"] = data.text_language  # `files:` may hold it alone.
     corpus = corpora.load_corpora(
-        data.corpus,
-        data.pair,
-        weights=tuple(data.corpus_weights),
-        **data.corpus_options(),  # data.dir -> data_dir, ...
+        data.corpus, data.pair, weights=tuple(data.corpus_weights), **options
     )
+    if data.objective != "translation":
+        corpus = text_objective.monolingual_corpus(corpus, data.text_language)
     limit = data.max_train_examples
     if limit is not None and limit < len(corpus["train"]):
         # Not how many there were: the private split's exact size is not logged.
@@ -179,7 +196,11 @@ def _learn_vocabulary(
     """
     pair = parse_pair(pair_name)
     train = corpus["train"]["translation"]
-    common = dict(vocab_size=settings.vocab_size, model_type=settings.model_type)
+    common = dict(
+        vocab_size=settings.vocab_size,
+        model_type=settings.model_type,
+        sentinels=settings.sentinels,
+    )
     if kind == "dp_sentencepiece":
         params = dp_sentencepiece.DPVocabularyParams(
             noise_stddev=settings.dp_noise_stddev,
@@ -215,14 +236,52 @@ def _learn_vocabulary(
     return tokenizer, record
 
 
+def make_objective(
+    data: DataConfig, tokenizer: tokenizers.Tokenizer
+) -> text_objective.TextObjective | None:
+    """The run's pre-training objective (None: translation), a public function of each text.
+
+    Its draws come from the public `data.objective_seed` alone (`text_objective`), so
+    training, decode (zero-shot too), noise-to-signal and the memorization audit build
+    the same examples, from a published copy of the run as well.
+
+    Raises:
+      ValueError: span corruption and the tokenizer lacks the sentinels it needs.
+    """
+    if data.objective == "translation":
+        return None
+    sentinels = []
+    if data.objective == "span_corruption":
+        needed = objectives.span_count(
+            data.max_source_length - 1,
+            noise_density=data.noise_density,
+            mean_span_length=data.mean_span_length,
+        )
+        sentinels = text_objective.sentinel_ids(tokenizer, needed)
+    return text_objective.TextObjective(
+        data.objective,
+        data.objective_seed,
+        sentinel_ids=sentinels,
+        noise_density=data.noise_density,
+        mean_span_length=data.mean_span_length,
+        prefix_min_fraction=data.prefix_min_fraction,
+        prefix_max_fraction=data.prefix_max_fraction,
+    )
+
+
 def tokenize_corpus(
     run: RunConfig,
     corpus: datasets.DatasetDict,
     tokenizer: tokenizers.Tokenizer,
+    objective: text_objective.TextObjective | None = None,
 ) -> tuple[datasets.DatasetDict, preprocess_lib.PreprocessStats]:
-    """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts."""
+    """Tokenized splits (input_ids, labels, ...) and the drop/truncation counts.
+
+    `objective`: the run's (`make_objective`), needed when `data.objective` is one.
+    """
+    _check_objective(run.data, objective)
     options = _preprocess_options(run.data, run.model)
-    tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, **options)
+    tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, objective=objective, **options)
     health.log_warnings(
         health.truncation_warnings(
             stats, tokenized, validation_is_private=validation_is_carved_from_train(corpus)
@@ -231,14 +290,25 @@ def tokenize_corpus(
     return tokenized, stats
 
 
+def _check_objective(data: DataConfig, objective) -> None:
+    if (data.objective == "translation") != (objective is None):
+        raise ValueError(
+            f"data.objective={data.objective!r} needs the run's TextObjective "
+            "(pieces.make_objective) exactly when it is a pre-training objective."
+        )
+
+
 def _preprocess_options(data: DataConfig, model: ModelConfig) -> dict:
     """`preprocess`'s keyword arguments from the data and model sections."""
+    prefix = model.source_prefix
+    if prefix is None and data.objective != "translation":
+        prefix = ""  # No task prefix ("translate ...") before a pre-training text.
     return dict(
         pair=data.pair,
         family=model.family,
         max_source_length=data.max_source_length,
         max_target_length=data.max_target_length,
-        source_prefix=model.source_prefix,
+        source_prefix=prefix,
     )
 
 
@@ -256,11 +326,15 @@ def tokenizes_train_per_lot(data: DataConfig) -> bool:
 
 
 def tokenize_train_on_demand(
-    run: RunConfig, split: datasets.Dataset, tokenizer: tokenizers.Tokenizer
+    run: RunConfig,
+    split: datasets.Dataset,
+    tokenizer: tokenizers.Tokenizer,
+    objective: text_objective.TextObjective | None = None,
 ) -> tuple[preprocess_lib.OnDemandSplit, preprocess_lib.SplitStats]:
     """The train split as `tokenize_corpus` would give it, tokenized only when fetched."""
+    _check_objective(run.data, objective)
     options = _preprocess_options(run.data, run.model)
-    return preprocess_lib.preprocess_on_demand(split, tokenizer, **options)
+    return preprocess_lib.preprocess_on_demand(split, tokenizer, objective=objective, **options)
 
 
 def trainable_predicate(model: ModelConfig):

@@ -108,6 +108,23 @@ def _epsilon_delta(record: dict[str, Any]) -> tuple[Any, Any]:
     return record.get("total_epsilon"), delta
 
 
+def _left_out(record: dict[str, Any]) -> tuple[float, float]:
+    """(ε, δ) of the record's own starting export when its total leaves them out.
+
+    An export trained from an earlier dpnmt export declared disjoint from its
+    data did not compose that export's ε; a later run whose data may overlap
+    either stage's must (0 -> 1 (disjoint) -> 2: stage 0's ε counts for 2).
+    (inf, 0) when that export gave no finite ε; (0, 0) when there is none.
+    """
+    parent = record.get("pretrained")
+    if not isinstance(parent, dict) or not parent.get("dpnmt_export") or parent.get("composed"):
+        return 0.0, 0.0
+    epsilon, delta = _number(parent.get("epsilon")), _number(parent.get("delta"))
+    if epsilon is None or math.isnan(epsilon) or epsilon < 0:
+        return math.inf, 0.0
+    return epsilon, delta if delta is not None and 0 <= delta < 1 else 1.0
+
+
 def _defect(record: dict[str, Any]) -> str | None:
     """Why `record` gives no finite (ε, δ) (a few words), or None when it gives one."""
     if record.get("private") is not True:
@@ -121,6 +138,12 @@ def _defect(record: dict[str, Any]) -> str | None:
         return f"its record's total_delta={delta_text!r} is not a number in [0, 1)"
     if math.isinf(epsilon):
         return f"its total ε is ∞: {record.get('composition', 'no guarantee')}"
+    parent_epsilon, parent_delta = _left_out(record)
+    if math.isinf(parent_epsilon) or delta + parent_delta >= 1:
+        return (
+            "it started from a model declared disjoint from its data that has no finite "
+            "privacy guarantee of its own, and this run's data may overlap that model's"
+        )
     return None
 
 
@@ -128,12 +151,14 @@ def claimed_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
     """(ε, δ) an export claims on its own training data; (inf, None) without a finite guarantee.
 
     No finite guarantee: a non-private run, ε = ∞, or a record out of range
-    (ε < 0 or NaN, δ missing, NaN or outside [0, 1)).
+    (ε < 0 or NaN, δ missing, NaN or outside [0, 1)). A record whose own starting
+    export was declared disjoint adds that export's (ε, δ) (`_left_out`).
     """
     if _defect(record) is not None:
         return math.inf, None
     epsilon, delta = _epsilon_delta(record)
-    return float(epsilon), float(delta)
+    parent_epsilon, parent_delta = _left_out(record)
+    return float(epsilon) + parent_epsilon, float(delta) + parent_delta
 
 
 def _adjacency(record: dict[str, Any] | None) -> str | None:

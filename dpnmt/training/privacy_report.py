@@ -22,6 +22,7 @@ from dpnmt.training.group_claims import (  # noqa: F401 - ASSUMED_PUBLIC re-expo
     group_claim,
     unit_claim,
 )
+from dpnmt.training.stage_composition import JointDpSgd, joint_dp_sgd
 
 DP_SGD_EPSILON_IS_AT = "the planned T steps (steps_planned), fixed before training"
 
@@ -127,6 +128,8 @@ class PrivacyReport:
     noise_mode: str = "float"
     group_privacy: GroupClaim | None = None
     privacy_unit: UnitClaim | None = None
+    example: str | None = None
+    joint_dp_sgd: JointDpSgd | None = None
 
     # results.json's key order (a published format).
     _ORDER = (
@@ -134,6 +137,7 @@ class PrivacyReport:
         "bound",
         "sampling",
         "adjacency",
+        "example",
         "noise_multiplier",
         "l2_clip",
         "noise_mode",
@@ -155,10 +159,13 @@ class PrivacyReport:
         "total_epsilon",
         "total_delta",
         "composition",
+        "joint_dp_sgd",
         "group_privacy",
         "privacy_unit",
     )
     _OPTIONAL = (
+        "example",
+        "joint_dp_sgd",
         "group_privacy",
         "privacy_unit",
         "total_delta",
@@ -182,7 +189,7 @@ class PrivacyReport:
             value = getattr(self, key)
             if key in self._OPTIONAL and value is None:
                 continue
-            if key in ("vocabulary", "group_privacy", "privacy_unit"):
+            if key in ("vocabulary", "group_privacy", "privacy_unit", "joint_dp_sgd"):
                 value = dataclasses.asdict(value)
             elif key == "pretrained":
                 value = value.to_json()
@@ -209,6 +216,11 @@ class PrivacyReport:
             if isinstance(unit.get("epsilon_per_group"), str):  # write_json stores inf as "inf".
                 unit["epsilon_per_group"] = float(unit["epsilon_per_group"])
             values["privacy_unit"] = UnitClaim(**unit)
+        if data.get("joint_dp_sgd") is not None:
+            joint = dict(data["joint_dp_sgd"])
+            for key in ("epsilon", "delta", "other_epsilon", "other_delta"):
+                joint[key] = float(joint[key])  # write_json stores inf as "inf".
+            values["joint_dp_sgd"] = JointDpSgd(**joint)
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -260,6 +272,26 @@ def mixed_adjacency_note(export: str | None, run: str) -> str:
     return note
 
 
+_JOINT_NOTE = (
+    "the pretrained export's DP-SGD and this run's composed as one dp_accounting event "
+    "({} accountant; joint_dp_sgd: ε at the sum of their DP-SGD δ), plus, by basic composition, "
+    "the ε and δ of both vocabularies: below the sum of the two totals (the export's data "
+    "may overlap this run's)"
+)
+_ONE_PAIR = "one sentence pair"
+
+
+def _units_note(record: Mapping[str, Any] | None, example: str | None) -> str:
+    """Who the composed total protects: one example of each stage (their units may differ)."""
+    theirs = (record or {}).get("example") or f"{_ONE_PAIR} (its record names no other unit)"
+    ours = example or _ONE_PAIR
+    return (
+        f". Units: the export's ε is per {theirs}; this run's per {ours}. The total bounds one "
+        "person with at most one example in each stage's data (e.g. one text in pre-training "
+        "and one pair here); a person with more is covered only by group privacy"
+    )
+
+
 def vocabulary_epsilon(vocabulary) -> float:
     """The vocabulary's ε (0 when it spent none; the larger of its two bounds when DP)."""
     epsilon = vocabulary.epsilon or 0.0
@@ -296,6 +328,7 @@ def privacy_report(
     *,
     validation_is_private: bool = False,
     pretrained: PretrainedClaim | None = None,
+    example: str | None = None,
 ) -> PrivacyReport:
     """The ε the run can defend, by which bound, composed with the vocabulary's.
 
@@ -306,6 +339,7 @@ def privacy_report(
       validation_is_private: whether validation pairs were carved from train.
       pretrained: what the starting model adds (`pretrained_privacy.pretrained_claim`);
         None when trained from scratch.
+      example: what one training example is (`data.text_objective.example_unit`), or None.
     """
     sgd_epsilon = plan.epsilon_after(plan.num_steps)
     optional: dict[str, Any] = {}
@@ -345,6 +379,15 @@ def privacy_report(
             )
             if pretrained.adjacency != adjacency(plan):
                 composition += mixed_adjacency_note(pretrained.adjacency, adjacency(plan))
+            joint = joint_dp_sgd(plan, pretrained, adjacency(plan))
+            if joint is not None:
+                optional["joint_dp_sgd"] = joint
+                joint_total = joint.epsilon + joint.other_epsilon + vocabulary_epsilon(vocabulary)
+                if joint_total < total_epsilon:
+                    total_epsilon, composition = joint_total, _JOINT_NOTE.format(joint.accountant)
+            composition += _units_note(pretrained.record, example)
+    if example is not None:
+        optional["example"] = example
     return PrivacyReport(
         private=plan.private,
         bound=plan.bound,

@@ -79,8 +79,8 @@ def json_dumps(value) -> str:
 
 
 def derived_seed(seed: int, purpose: str) -> int:
-    """A 128-bit seed for `purpose` (noise, sampler, vocabulary, dropout) from the run seed."""
-    purposes = {"noise": 0, "sampler": 1, "vocabulary": 2, "dropout": 3}
+    """A 128-bit seed for `purpose` (noise, sampler, vocabulary, dropout, objective)."""
+    purposes = {"noise": 0, "sampler": 1, "vocabulary": 2, "dropout": 3, "objective": 4}
     words = np.random.SeedSequence([seed, purposes[purpose]]).generate_state(4, np.uint32)
     return sum(int(word) << (32 * i) for i, word in enumerate(words))
 

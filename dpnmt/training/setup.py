@@ -20,6 +20,7 @@ import jax
 from dpnmt import bridge, config_lib, core, distributed, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import checks as data_checks
+from dpnmt.data import text_objective
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
 from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
@@ -37,7 +38,7 @@ from dpnmt.training.records import (
 from dpnmt.training.run_dir import PREPROCESSING_FILE, RunDir, derived_seed
 
 
-def tokenize_splits(run: RunConfig, corpus, tokenizer):
+def tokenize_splits(run: RunConfig, corpus, tokenizer, objective=None):
     """Tokenized evaluation splits, the train split's examples, and per-split counts.
 
     The train split is tokenized up front, or per lot (`data.tokenize_train`):
@@ -48,14 +49,15 @@ def tokenize_splits(run: RunConfig, corpus, tokenizer):
     Returns:
       (DatasetDict of the tokenized splits: all of them, or all but train when
       per lot; the train examples, a torch Dataset; split -> `SplitStats`).
+      `objective`: the run's pre-training objective (`pieces.make_objective`), or None.
     """
     if not pieces.tokenizes_train_per_lot(run.data):
-        tokenized, stats = pieces.tokenize_corpus(run, corpus, tokenizer)
+        tokenized, stats = pieces.tokenize_corpus(run, corpus, tokenizer, objective)
         examples = tokenized_examples(tokenized["train"], run.data, tokenizer.pad_id)
         return tokenized, examples, stats.splits
     evaluation_splits = datasets.DatasetDict({k: v for k, v in corpus.items() if k != "train"})
-    tokenized, stats = pieces.tokenize_corpus(run, evaluation_splits, tokenizer)
-    train, train_stats = pieces.tokenize_train_on_demand(run, corpus["train"], tokenizer)
+    tokenized, stats = pieces.tokenize_corpus(run, evaluation_splits, tokenizer, objective)
+    train, train_stats = pieces.tokenize_train_on_demand(run, corpus["train"], tokenizer, objective)
     logging.info(
         "The train split is tokenized per lot (data.tokenize_train=%s): each process "
         "tokenizes only the rows it feeds; its truncation is not counted "
@@ -116,8 +118,12 @@ def check_sampler_matches_plan(lots, plan: privacy.PrivacyPlan) -> None:
         )
 
 
-def _log_plan(plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None) -> None:
-    planned = privacy_report(plan, plan.num_steps, vocabulary, pretrained=pretrained)
+def _log_plan(
+    plan: privacy.PrivacyPlan, vocabulary, pretrained: PretrainedClaim | None, example: str
+) -> None:
+    planned = privacy_report(
+        plan, plan.num_steps, vocabulary, pretrained=pretrained, example=example
+    )
     if pretrained is not None:
         logging.info("Pretrained model: %s.", pretrained.note)
     if planned.group_privacy is not None:
@@ -224,7 +230,9 @@ def build_run(
 
     # 5. Tokenized splits; exact counts of private splits stay in private/.
     with timer.phase("start-up: tokenization"):
-        tokenized, train_examples, split_stats = tokenize_splits(run, corpus, tokenizer)
+        # A pre-training objective's draws: public, from data.objective_seed (text_objective).
+        objective = pieces.make_objective(run.data, tokenizer)
+        tokenized, train_examples, split_stats = tokenize_splits(run, corpus, tokenizer, objective)
     validation_is_private = pieces.validation_is_carved_from_train(corpus)
     private_splits = {"train", "validation"} if validation_is_private else {"train"}
     distributed.on_primary(
@@ -266,7 +274,7 @@ def build_run(
             lambda: run_dir.write_pretrained(pretrained.to_json()),
             "recording the starting model's privacy claim",
         )
-    _log_plan(plan, vocabulary, pretrained)
+    _log_plan(plan, vocabulary, pretrained, text_objective.example_unit(run.data))
 
     # 7. Model and optimizer.
     with timer.phase("start-up: model init"):

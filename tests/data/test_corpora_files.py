@@ -227,7 +227,10 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
 
 def test_registry_lists_each_loaders_options_and_refuses_others(tmp_path):
     assert corpora.accepted_options("clinspen") == ("data_dir",)
-    assert corpora.accepted_options(f"files:{tmp_path}") == ("validation_size",)
+    assert corpora.accepted_options(f"files:{tmp_path}") == (
+        "validation_size",
+        "monolingual_language",
+    )
     assert set(corpora.accepted_options("bsd")) == {"data_dir", "train_split", "validation_size"}
     # Refused before any file is read (the folder does not even exist).
     with pytest.raises(InputError, match=r"does not take \['validation_size'\].*\['data_dir'\]"):

@@ -8,6 +8,11 @@ Each split is ONE of, by file stem (train; validation|valid|dev|val; test):
   * `<stem>.<src>` + `<stem>.<tgt>`: line-aligned plain text, one sentence a line.
 Several formats for one split are an error. Without a validation file,
 `validation_size` pairs are carved off the end of train.
+
+Monolingual text (pre-training objectives, `data.objective`): with
+`monolingual_language=L`, a split that has no parallel file may be one file
+`<stem>.L`, one text a line; each row then holds that text on both sides (the
+objective reads language L's side only).
 """
 
 import dataclasses
@@ -25,7 +30,8 @@ from dpnmt.data.corpora.common import (
     read_local_split,
 )
 from dpnmt.data.languages import LanguagePair, parse_pair
-from dpnmt.errors import MissingInputError
+from dpnmt.data.text_files import read_parallel_text
+from dpnmt.errors import ConfigError, MissingInputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,9 +41,12 @@ class FilesOptions:
     Attributes:
       validation_size: when the folder has no validation file, carve this many
         pairs off the end of train; None makes a missing validation file an error.
+      monolingual_language: a language of the pair whose `<stem>.<language>`
+        file alone may hold a split (module docstring); set by objective runs.
     """
 
     validation_size: int | None = None
+    monolingual_language: str | None = None
 
 
 def resolve_folder(path: str) -> str:
@@ -54,8 +63,26 @@ def resolve_folder(path: str) -> str:
     return under_root if os.path.isdir(under_root) else path
 
 
+def _monolingual_split(path: str, split: str, language: str | None):
+    """(rows with the text on both sides, origin) from `<stem>.<language>`, else None."""
+    if language is None:
+        return None
+    for stem in SPLIT_FILE_STEMS[split]:
+        file = os.path.join(path, f"{stem}.{language}")
+        if os.path.isfile(file):
+            try:
+                return read_parallel_text(file, file), file + " (monolingual)"
+            except ValueError as e:  # Names the file, the line and the fix.
+                raise ConfigError(str(e)) from e
+    return None
+
+
 def load_files(
-    path: str, pair: str | LanguagePair, *, validation_size: int | None = None
+    path: str,
+    pair: str | LanguagePair,
+    *,
+    validation_size: int | None = None,
+    monolingual_language: str | None = None,
 ) -> datasets.DatasetDict:
     """Loads a user's local folder of parallel files (formats: the module docstring).
 
@@ -64,6 +91,7 @@ def load_files(
         `$DPNMT_DATA_DIR`, see `resolve_folder`).
       pair: direction, e.g. "de-en".
       validation_size: see `FilesOptions`.
+      monolingual_language: see `FilesOptions`.
 
     Returns:
       DatasetDict with train/validation/test.
@@ -84,6 +112,8 @@ def load_files(
     splits, origins = {}, {}
     for split in SPLITS:
         found = read_local_split(path, split, pair)
+        if found is None:
+            found = _monolingual_split(path, split, monolingual_language)
         if found is None:
             if split == "validation" and validation_size is not None:
                 continue
