@@ -67,7 +67,14 @@ def test_the_readme_quotes_the_committed_first_run():
     folder = ROOT / "docs" / "results" / "first_run"
     results = json.loads((folder / "results.json").read_text())
     config = json.loads((folder / "config.json").read_text())
-    assert config == config_lib.published_config(RunConfig.parse(load_config("first_run")))
+    # The committed run's every field as the config file gives it today; fields added to
+    # the config since (with their defaults) are not in the older file.
+    today = config_lib.published_config(RunConfig.parse(load_config("first_run")))
+    for section, fields in config.items():
+        if isinstance(fields, dict):
+            assert fields == {k: v for k, v in today[section].items() if k in fields}, section
+        else:
+            assert fields == today[section], section
     assert not results["privacy"]["private"] and results["steps_done"] == 453
     test = results["test"]
     quoted = f"Test 2016 BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"
