@@ -15,9 +15,9 @@ import jax
 from dpnmt import bridge, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import text_objective, tokenizers
-from dpnmt.errors import ConfigError, MissingInputError
+from dpnmt.errors import ConfigError, MissingInputError, raise_problems
 from dpnmt.evaluation import evaluator as evaluator_lib
-from dpnmt.training import checkpointing, pieces, pretrained_privacy, steps
+from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, RESULTS_FILE, RunDir, write_json
 
@@ -88,12 +88,14 @@ def decode_and_score(
     """
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
-    corpus = pieces.load_corpus(run.data)
     if zero_shot and (run.model.name_or_path is None or run.tokenizer_kind != "pretrained"):
         raise ConfigError(
             "--zero_shot needs a pretrained model and its tokenizer: set "
             "model.name_or_path in --config (tokenizer.kind auto or 'pretrained')."
         )
+    if zero_shot:  # At once, not after the corpus and the hub client's retries.
+        raise_problems(preflight.model_files_problems(run))
+    corpus = pieces.load_corpus(run.data)
     # Reloads the run's saved vocabulary: never learns one again.
     tokenizer, vocabulary = pieces.build_tokenizer(
         run, corpus, workdir, noise_seed=None, learn=False

@@ -13,19 +13,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpnmt.models import convert, factory
+from dpnmt.models import convert, factory, hub
 from dpnmt.models.config import from_hf_config
 
 _WEIGHT_FILES = (
     ("model.safetensors.index.json", "model.safetensors", "safetensors"),
     ("pytorch_model.bin.index.json", "pytorch_model.bin", "torch"),
 )
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-)
+_TOKENIZER_FILES = hub.TOKENIZER_FILES
 
 
 def _resolve(name_or_path: str, filename: str) -> str | None:
@@ -71,6 +66,8 @@ def find_file(name_or_path: str, filename: str) -> str | None:
 
     validate_repo_id(name_or_path)  # ValueError when not a hub id.
     try:  # Offline (HF_HUB_OFFLINE), this reads the local cache only.
+        if not hub.is_offline():  # One short request: an unreachable hub fails at once.
+            hub.hub_has(name_or_path, filename)
         return huggingface_hub.hf_hub_download(name_or_path, filename)
     except RemoteEntryNotFoundError:
         return None  # The hub answered: the repo has no such file.

@@ -17,7 +17,7 @@ from ml_collections import config_flags
 
 from dpnmt import atomic_file, config_lib
 from dpnmt.config import RunConfig
-from dpnmt.errors import ConfigError
+from dpnmt.errors import ConfigError, raise_problems
 
 MANIFEST_FILE = "sweep.json"
 # The run's output, in its private/ folder: log lines carry timestamps, which
@@ -128,16 +128,24 @@ def check_overrides(overrides: Sequence[str]) -> list[str]:
 
 
 def check_configs(configs: dict[RunSpec, RunConfig]) -> None:
-    """Applies the trainer's fixed-seed rule to every run's config before any run starts.
+    """Applies the trainer's fixed-seed and model-files rules to every run before any starts.
 
     Raises:
       ValueError: a private run with a fixed `noise_seed` and no test-only switch.
+      ConfigError: a pretrained model whose files cannot be had here
+        (`training.preflight.model_files_problems`), before the sweep writes its folder.
     """
     for spec, config in configs.items():
         try:
             config_lib.check_noise_seed(config)
         except ValueError as error:
             raise ValueError(f"Run {spec.name}: {error}") from None
+    if any(run.model.name_or_path is not None for run in configs.values()):
+        # Here: jax loads with it, and only a pretrained model needs it.
+        from dpnmt.training.preflight import model_files_problems  # noqa: PLC0415
+
+        problems = {p: None for run in configs.values() for p in model_files_problems(run)}
+        raise_problems(list(problems))
 
 
 def published_overrides(overrides: Sequence[str]) -> list[str]:

@@ -22,8 +22,9 @@ from dpnmt.config import DataConfig, RunConfig
 from dpnmt.data import checks as data_checks
 from dpnmt.data import health, public_checks
 from dpnmt.data.corpora.common import validation_is_carved_from_train
-from dpnmt.errors import raise_problems
+from dpnmt.errors import ConfigError, raise_problems
 from dpnmt.models import checks as model_checks
+from dpnmt.models import hub
 from dpnmt.public_names import public_corpus
 from dpnmt.training import compilation_cache, pretrained_privacy
 from dpnmt.training.run_dir import workdir_problems
@@ -61,17 +62,37 @@ def config_problems(run: RunConfig, *, device_count: int | None = None) -> list[
       Problems naming the field and the fix; empty when none.
     """
     device_count = jax.device_count() if device_count is None else device_count
+    # An unloadable model's privacy record cannot be read either: its problem alone.
+    model_files = model_files_problems(run)
     return [
         *run.problems(),
         *public_checks.public_source_problems(run),
         *model_checks.model_problems(run.model),
-        *pretrained_privacy.pretrained_problems(run),
+        *(model_files or pretrained_privacy.pretrained_problems(run)),  # The files first.
         *data_checks.data_problems(run.data, run.dp),
         *data_checks.objective_problems(run),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
         *run.train.device_problems(device_count),
         *compilation_cache.problems(run.train.compilation_cache),
     ]
+
+
+def model_files_problems(run: RunConfig) -> list[str]:
+    """The pretrained model's files (config, weights, tokenizer) cannot be had here.
+
+    Asked before anything is written: a local folder's files, else the hub
+    (one short request) or, offline or unreachable, the Hugging Face cache
+    (`models.hub.availability_problem`). Nothing is downloaded.
+    """
+    name = run.model.name_or_path
+    if name is None:
+        return []
+    try:
+        needs_tokenizer = run.tokenizer_kind == "pretrained"
+    except ConfigError:  # Named by the tokenizer problems.
+        needs_tokenizer = False
+    problem = hub.availability_problem(name, needs_tokenizer=needs_tokenizer)
+    return [problem] if problem else []
 
 
 def check_static(run: RunConfig, workdir: str | None) -> None:

@@ -1,5 +1,7 @@
 """A pretrained model on disk brings its own tokenizer by default; a new vocabulary is refused."""
 
+import shutil
+
 import pytest
 
 from dpnmt import config_lib
@@ -46,11 +48,15 @@ def test_a_new_vocabulary_for_a_pretrained_model_is_refused(model_dir, tmp_path,
     assert not list(tmp_path.iterdir())
 
 
-def test_the_up_front_check_refuses_a_new_vocabulary_for_a_pretrained_model(model_dir):
+def test_the_up_front_check_refuses_a_new_vocabulary_for_a_pretrained_model(model_dir, tmp_path):
     from dpnmt.training import preflight
 
+    model = tmp_path / "model"  # A whole model folder (its files are not read here).
+    shutil.copytree(model_dir, model)
+    (model / "config.json").write_text('{"model_type": "t5"}')
+    (model / "model.safetensors").write_bytes(b"")
     config = config_lib.base_config()
-    config.model.name_or_path = model_dir
+    config.model.name_or_path = str(model)
     config.tokenizer.kind = "dp_sentencepiece"
     problems = preflight.config_problems(RunConfig.of(config), device_count=1)
     assert any("embedding rows belong to its own vocabulary" in p for p in problems), problems

@@ -59,6 +59,8 @@ def test_config_checks_name_the_field_and_the_fix(tmp_path):
         folder = tmp_path / model_type
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+        for name in ("model.safetensors", "tokenizer.json"):  # Present: not read here.
+            (folder / name).write_text("")
         problems = _model_problems(finetune="bias", name_or_path=str(folder))
         assert bool(problems) == refused, problems
     problems = _model_problems(
