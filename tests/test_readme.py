@@ -1,6 +1,7 @@
 """The README stays short and true; the measured tables (README and docs pages)
 are the committed runs' own. The docs' code blocks: tests/test_docs.py."""
 
+import json
 import pathlib
 import re
 
@@ -82,3 +83,31 @@ def test_groups_tables_are_the_committed_runs_results():
         assert runs and not not_finished, folders
         expected = groups_table.to_markdown([groups_table.row(r) for r in runs]).split("\n\n")[0]
         assert table.strip() == expected.strip(), folders
+
+
+def memorization_table(folder: pathlib.Path) -> str:
+    """The memorization table of docs/results.md from each cell's published
+    memorization.json and results.json (one folder a cell under `folder`)."""
+    head = "| objective | privacy | ε (one text) | σ | lots | set | texts | EM | TA | MED |"
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for cell in sorted(p for p in folder.iterdir() if p.is_dir()):
+        memo = json.loads((cell / "memorization.json").read_text())
+        privacy = json.loads((cell / "results.json").read_text())["privacy"]
+        eps = privacy["dp_sgd_epsilon"]
+        eps = "∞" if eps == "inf" else f"{float(eps):.2f}"
+        for name, s in memo["sets"].items():
+            lines.append(
+                f"| {memo['objective']} | {'DP-SGD' if privacy['private'] else 'non-private'} | "
+                f"{eps} | {privacy['noise_multiplier']:.3f} | {privacy['steps_done']} | {name} | "
+                f"{s['texts']} | {s['exact_match']:.3f} | {s['token_accuracy']:.3f} | "
+                f"{s['edit_distance']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def test_memorization_table_is_the_committed_runs_results():
+    # `<!-- memorization table: FOLDER -->` is followed by memorization_table(FOLDER).
+    markers = re.findall(r"<!-- memorization table: (\S+) -->\n((?:\|.*\n)+)", _text())
+    assert markers, "the memorization table lost its marker"
+    for folder, table in markers:
+        assert table.strip() == memorization_table(README.parent / folder), folder
