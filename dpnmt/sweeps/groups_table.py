@@ -12,7 +12,7 @@ groups a change inside one group amounts to (remove it, add it back changed):
 import math
 
 from dpnmt.sweeps import runs_table
-from dpnmt.sweeps.runs_table import PublishedRun, _text
+from dpnmt.sweeps.runs_table import PublishedRun
 from dpnmt.sweeps.summary import as_float
 
 # (key, Markdown header).
@@ -86,9 +86,7 @@ def row(run: PublishedRun) -> dict:
 
 def to_markdown(rows: list[dict]) -> str:
     """The table as Markdown, then a note on what each column is."""
-    lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        lines.append("| " + " | ".join(_text(r[k], DIGITS.get(k, 0)) for k, _ in COLUMNS) + " |")
+    lines = runs_table.markdown_rows(rows, COLUMNS, DIGITS)
     lines += [
         "",
         "unit: the privacy unit DP-SGD protected (pair: `dp.unit=example`; group: "

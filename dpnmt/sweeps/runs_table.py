@@ -11,6 +11,7 @@ import glob
 import json
 import math
 import os
+from collections.abc import Sequence
 
 from dpnmt.errors import ConfigError
 from dpnmt.sweeps import epsilon_check, summary
@@ -128,6 +129,16 @@ def row(run: PublishedRun) -> dict:
     }
 
 
+def markdown_rows(
+    rows: list[dict], columns: Sequence[tuple[str, str]], digits: dict[str, int]
+) -> list[str]:
+    """A Markdown table's lines: header, rule, one line a row (numbers to `digits`)."""
+    lines = ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        lines.append("| " + " | ".join(_text(r[k], digits.get(k, 0)) for k, _ in columns) + " |")
+    return lines
+
+
 def _text(value, digits: int) -> str:
     if isinstance(value, str):
         return value
@@ -143,9 +154,7 @@ DIGITS |= {"epsilon_recomputed": 2}
 
 def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
     """The table as Markdown, with notes on what each column is."""
-    lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        lines.append("| " + " | ".join(_text(r[k], DIGITS.get(k, 0)) for k, _ in COLUMNS) + " |")
+    lines = markdown_rows(rows, COLUMNS, DIGITS)
     lines += [
         "",
         "Test split scores (BLEU, chrF: sacreBLEU, detokenised; BERTScore F1, '–' when "
