@@ -115,6 +115,31 @@ def resolve_launch(
     return Launch(given["coordinator_address"], given["num_processes"], given["process_id"], source)
 
 
+def single_process_problems(app_name: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """A problem when the environment asks for a multi-process launch of a single-process app.
+
+    Such an app never joins `jax.distributed`: each process would run alone
+    as process 0 of 1, draw its own secret choices and write the same
+    workdir.
+
+    Args:
+      app_name: the app, e.g. "dpnmt.memorization".
+      environ: the environment (default `os.environ`).
+    """
+    try:
+        launch = resolve_launch(None, None, None, environ)
+    except ValueError as error:
+        return [f"{app_name} runs on one process; the environment is set up for several: {error}"]
+    if launch is None:
+        return []
+    fix = (
+        "start it once, outside `srun` (one task)"
+        if launch.source == "slurm"
+        else f"unset {', '.join(ENV_COORDINATOR + ENV_NUM_PROCESSES)} and start it once"
+    )
+    return [f"{app_name} runs on one process, but the environment launches several: {fix}."]
+
+
 def initialize(
     launch: Launch | None,
     *,

@@ -54,9 +54,13 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     cli.setup_logging()
     # Here, not at the top: --help and flag errors answer before JAX and torch load.
+    from dpnmt import distributed  # noqa: PLC0415
     from dpnmt.auditing import memorization  # noqa: PLC0415
+    from dpnmt.errors import raise_problems  # noqa: PLC0415
     from dpnmt.training import preflight  # noqa: PLC0415
 
+    # Every process would draw its own texts and write the same workdir.
+    raise_problems(distributed.single_process_problems("dpnmt.memorization"))
     config = preflight.read_config(_CONFIG.value, _WORKDIR.value)  # The one ConfigDict read.
     options = memorization.MemorizationOptions(
         duplicates=_DUPLICATES.value,

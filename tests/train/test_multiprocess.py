@@ -226,6 +226,20 @@ def test_incomplete_launch_settings_are_refused(flags, match):
         distributed.resolve_launch(*flags, environ={})
 
 
+def test_a_single_process_app_refuses_a_multi_process_environment():
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "2", "SLURM_PROCID": "1"}
+    slurm["SLURM_STEP_NODELIST"] = "n1"
+    env = {"DPNMT_COORDINATOR_ADDRESS": "h:1", "DPNMT_NUM_PROCESSES": "2"}
+    assert distributed.single_process_problems("app", environ={}) == []
+    (problem,) = distributed.single_process_problems("app", environ=slurm)
+    assert problem.startswith("app runs on one process") and "srun" in problem
+    ranked = {**env, "DPNMT_PROCESS_ID": "1"}
+    (problem,) = distributed.single_process_problems("app", environ=ranked)
+    assert "unset DPNMT_COORDINATOR_ADDRESS" in problem
+    (problem,) = distributed.single_process_problems("app", environ=env)  # Rank missing.
+    assert "lacks ['process_id']" in problem
+
+
 @pytest.mark.parametrize("tokenized", ["upfront", "on_demand"])
 def test_index_only_lots_fetch_the_same_rows_as_full_lots(tokenized):
     """One process: fetching rows per micro-batch gives exactly the full lot's arrays."""
