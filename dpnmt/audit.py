@@ -19,8 +19,9 @@ canaries. Logic: `dpnmt.auditing`.
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import auditing, cli
+from dpnmt import auditing, cli, distributed
 from dpnmt.auditing import canaries
+from dpnmt.errors import raise_problems
 from dpnmt.training import preflight
 
 _DEFAULTS = auditing.AuditOptions()
@@ -59,6 +60,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     cli.setup_logging()
+    # Every process would draw its own canaries and write the same workdir.
+    raise_problems(distributed.single_process_problems("dpnmt.audit"))
     config = preflight.read_config(_CONFIG.value, _WORKDIR.value)  # The one ConfigDict read.
     # Before the audit writes its canaries: the trainer checks the rest.
     preflight.check_static(config, _WORKDIR.value)

@@ -23,8 +23,8 @@ APPS = (
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _python(code_or_args, **kwargs):
-    env = dict(os.environ, PYTHONPATH=REPO)
+def _python(code_or_args, env=None, **kwargs):
+    env = env or dict(os.environ, PYTHONPATH=REPO)
     return subprocess.run(
         [sys.executable, *code_or_args], capture_output=True, text=True, env=env, cwd=REPO, **kwargs
     )
@@ -196,3 +196,18 @@ def test_train_with_the_workdir_alone_reads_its_config_json_and_checks_overrides
     assert len(errors) == 1, result.stderr[-2000:]
     assert "holds a run with a different config" in errors[0]
     assert "--config.train.learning_rate=0.003" in errors[0]  # The run's own value: read back.
+
+
+@pytest.mark.parametrize("module", ["dpnmt.memorization", "dpnmt.audit"])
+def test_a_single_process_app_refuses_a_multi_process_launch_before_writing(module, tmp_path):
+    """Each process would draw its own secret texts or canaries and write the same workdir."""
+    workdir = tmp_path / "run"
+    env = {"DPNMT_COORDINATOR_ADDRESS": "localhost:1", "DPNMT_NUM_PROCESSES": "2"}
+    env["DPNMT_PROCESS_ID"] = "1"
+    command = ["-m", module, "--config=configs/tiny.py", f"--workdir={workdir}"]
+    result = _python(command, timeout=300, env=dict(os.environ, PYTHONPATH=REPO, **env))
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if "runs on one process" in line]
+    assert len(errors) == 1 and "unset DPNMT_COORDINATOR_ADDRESS" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not workdir.exists()

@@ -95,21 +95,6 @@ def test_the_app_refuses_bad_options_in_one_line_before_writing(tmp_path):
     assert not workdir.exists()
 
 
-def test_the_app_refuses_a_multi_process_launch_before_writing(tmp_path):
-    """Each process would draw its own texts (secret) and write the same workdir."""
-    workdir = tmp_path / "run"
-    command = [sys.executable, "-m", "dpnmt.memorization", "--config=configs/tiny.py"]
-    command += [f"--workdir={workdir}"]
-    env = {**os.environ, "DPNMT_COORDINATOR_ADDRESS": "localhost:1", "DPNMT_NUM_PROCESSES": "2"}
-    env["DPNMT_PROCESS_ID"] = "1"
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-    assert result.returncode == 2, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if "runs on one process" in line]
-    assert len(errors) == 1 and "unset DPNMT_COORDINATOR_ADDRESS" in errors[0]
-    assert "Traceback" not in result.stderr
-    assert not workdir.exists()
-
-
 def test_add_duplicates_repeats_each_chosen_row_r_times_in_all():
     train = Dataset.from_dict({"translation": [{"de": t, "en": t} for t in TRAIN]})
     chosen = memorization.choose_texts(40, 8, OPTIONS, seed=5)
