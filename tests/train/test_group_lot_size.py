@@ -22,6 +22,7 @@ from dpnmt import config_lib, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data.tokenizers import VocabularyRecord
 from dpnmt.errors import ConfigError
+from dpnmt.training import run_dir, steps
 from dpnmt.training.privacy_report import privacy_report
 from tests.markers import needs_data
 from tests.small_configs import load_config
@@ -67,6 +68,21 @@ def test_the_literal_clinspen_group_command_plans_over_groups():
     assert unit["epsilon_per_group"] == pytest.approx(_epsilon_from_record(unit), rel=1e-6)
     assert unit["epsilon_per_group"] == pytest.approx(8.0, rel=1e-2)  # The variant's target.
     assert record["expected_lot_size"] == 8 and record["dataset_size"] == GROUPS
+    # The step's noise: N(0, σ²C²) on the sum of clipped group contributions, ÷ L_groups.
+    step = steps.StepPrivacy.from_plan(plan)
+    assert step.expected_lot_size == 8 and step.noise_multiplier == plan.noise_multiplier
+
+
+def test_resuming_a_group_run_with_another_group_lot_is_refused(tmp_path):
+    run = RunConfig.parse(_literal())
+    run_dir.RunDir(str(tmp_path)).bind_config(run)
+    (tmp_path / run_dir.CHECKPOINT_DIR / "5").mkdir(parents=True)  # A checkpoint binds.
+    assert run_dir.workdir_problems(str(tmp_path), run) == []
+    (problem,) = run_dir.workdir_problems(
+        str(tmp_path), RunConfig.parse(_literal(**{"dp.group_lot_size": 6}))
+    )
+    assert "dp.group_lot_size: run 8, now 6" in problem
+    assert "--config.dp.group_lot_size=8" in problem
 
 
 def test_a_per_pair_run_does_not_read_group_lot_size():
@@ -223,3 +239,4 @@ def test_the_literal_clinspen_group_command_trains_and_reports_epsilon_per_group
     config = json.loads((workdir / "config.json").read_text())
     assert (config["dp"]["unit"], config["dp"]["group_lot_size"]) == ("group", 8)
     assert "L=8 groups, N_groups=42, k=8" in result.stderr
+    assert "train.expected_lot_size=128 (pairs) is not read" in result.stderr
