@@ -14,7 +14,9 @@ def _customize(c):
     c.data.max_target_length = 96
     c.model.name_or_path = "google/mt5-small"
     c.tokenizer.kind = "pretrained"
-    c.dp.group_cap = 8  # k, read only with --config.dp.unit=group (a group: one dialogue).
+    # Read only with --config.dp.unit=group (a group: one dialogue; dev.json has 69):
+    c.dp.group_cap = 8  # k: at most 8 of a dialogue's turns join a lot.
+    c.dp.group_lot_size = 8  # L_groups: expected dialogues a lot (dev: q = 8/69).
     c.train.expected_lot_size = 1024
     c.train.physical_batch_size = 16
     c.train.num_epochs = 10

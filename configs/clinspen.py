@@ -10,7 +10,9 @@ def _customize(c):
     c.data.max_target_length = 128
     c.model.name_or_path = "google/mt5-small"
     c.tokenizer.kind = "pretrained"
-    c.dp.group_cap = 8  # k, read only with --config.dp.unit=group (a group: one case report).
+    # Read only with --config.dp.unit=group (a group: one case report; 42 in train):
+    c.dp.group_cap = 8  # k: at most 8 of a report's pairs join a lot (median 21).
+    c.dp.group_lot_size = 8  # L_groups: 8 of 42 reports a lot (q = 8/42), <= 64 pairs.
     c.train.expected_lot_size = 128
     c.train.physical_batch_size = 16
     c.train.num_epochs = 10

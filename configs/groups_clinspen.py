@@ -25,14 +25,21 @@ GROUP_CAP = 8  # k: pairs one sampled group adds at most (ClinSpEn's median is 2
 
 
 def make(arg, customize, *, pair_lot_epochs, group_lot_epochs):
-    """`customize`'s config; variant `group` sets dp.unit=group with its L (groups) and epochs."""
+    """`customize`'s config; variant `group` sets dp.unit=group and its epochs.
+
+    Both variants state both lots: train.expected_lot_size (pairs, read per pair)
+    and dp.group_lot_size (groups, read only with dp.unit=group). The committed
+    group runs predate dp.group_lot_size: their config.json gives L_groups as
+    train.expected_lot_size, the same plan (tests/test_groups_table.py).
+    """
     parts = [p.strip() for p in (arg or "").split(",") if p.strip()]
     grouped = GROUP_VARIANT in parts
     config = config_lib.make_config(",".join(p for p in parts if p != GROUP_VARIANT), customize)
     config.variant = arg or ""
     config.dp.group_cap = GROUP_CAP
-    lot, epochs = group_lot_epochs if grouped else pair_lot_epochs
-    config.train.expected_lot_size, config.train.num_epochs = lot, epochs
+    config.train.expected_lot_size = pair_lot_epochs[0]  # L, pairs.
+    config.dp.group_lot_size = group_lot_epochs[0]  # L_groups.
+    config.train.num_epochs = (group_lot_epochs if grouped else pair_lot_epochs)[1]
     if grouped:
         config.dp.unit = "group"
     return config

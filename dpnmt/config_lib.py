@@ -205,8 +205,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.dp.clipping = "ghost"  # ghost (book-keeping, no per-example grads) | vmap; same sum.
     c.dp.clipping_chunk = 0  # Clip a micro-batch in chunks of this many rows (0: at once).
     c.dp.noise_mode = "float"  # float (raw noisy sums exposed to float attacks) | secure (slower).
-    c.dp.unit = "example"  # Privacy unit: example (a pair) | group (user-level; needs group_cap).
+    c.dp.unit = "example"  # Privacy unit: example (a pair) | group (user-level, below).
     c.dp.group_cap = config_dict.placeholder(int)  # k: most examples one group adds to a lot.
+    # L_groups: expected GROUPS per lot (q = L_groups / N_groups; 1 <= L_groups < N_groups),
+    # read only with dp.unit=group. Unset: train.expected_lot_size counts groups (older runs).
+    c.dp.group_lot_size = config_dict.placeholder(int)  # L_groups (above).
 
     c.train = ml_collections.ConfigDict()
     c.train.expected_lot_size = 64  # L: expected examples per lot (q = L/N; 1 <= L < N).

@@ -8,7 +8,7 @@ all read, so the ε reported always describes the sampling that ran.
 import dataclasses
 import math
 
-from dpnmt import config_lib, core
+from dpnmt import config, config_lib, core
 from dpnmt.errors import raise_problems
 
 POISSON, SHUFFLE = "poisson", "shuffle"
@@ -171,7 +171,8 @@ def plan_privacy(
       largest_group: k of the train split's largest group (None: no groups).
       num_groups: N_groups, groups in the train split; needed for
         `dp_config.unit == "group"`, where it replaces N (`dataset_size`) and
-        `train.expected_lot_size` counts groups per lot (L_groups).
+        L is L_groups, groups per lot: `dp.group_lot_size`, or when unset
+        `train.expected_lot_size` (`dpnmt.config.lot_size`, the one rule).
 
     Returns:
       The `PrivacyPlan`.
@@ -181,7 +182,8 @@ def plan_privacy(
         an unreachable target, an unknown sampling or unit; for unit "group":
         no groups, no cap k >= 1, or shuffled sampling.
     """
-    lot_size, epochs = int(train_config.expected_lot_size), int(train_config.num_epochs)
+    lot_size, lot_field = config.lot_size(dp_config, train_config)
+    lot_size, epochs = int(lot_size), int(train_config.num_epochs)
     unit = getattr(dp_config, "unit", EXAMPLE)
     group_cap = None
     if unit not in UNITS:
@@ -192,11 +194,7 @@ def plan_privacy(
     if dataset_size < 1:
         raise ValueError("The training split is empty after preprocessing.")
     if not 1 <= lot_size < dataset_size:
-        what = "groups in the training split" if unit == GROUP else "training examples"
-        raise ValueError(
-            f"train.expected_lot_size={lot_size} must be in [1, N={dataset_size}) "
-            f"(N: {what} after preprocessing); lower it."
-        )
+        raise ValueError(_lot_size_message(lot_size, lot_field, unit, dataset_size))
     if epochs < 1:
         raise ValueError(f"train.num_epochs={epochs} must be >= 1.")
     if dp_config.sampling not in (POISSON, SHUFFLE):
@@ -255,6 +253,23 @@ def plan_privacy(
         largest_group=largest_group,
         unit=unit,
         group_cap=group_cap,
+    )
+
+
+def _lot_size_message(lot_size: int, field: str, unit: str, dataset_size: int) -> str:
+    """Why L is refused (outside [1, N)) and the fix, naming the field L came from."""
+    if unit != GROUP:
+        return (
+            f"train.expected_lot_size={lot_size} must be in [1, N={dataset_size}) "
+            "(N: training examples after preprocessing); lower it."
+        )
+    bound = f"[1, N_groups={dataset_size}) (groups of the train pairs kept after preprocessing)"
+    if field == "dp.group_lot_size":
+        return f"dp.group_lot_size={lot_size} (groups per lot) must be in {bound}; lower it."
+    return (
+        f"dp.unit='group' with dp.group_lot_size unset reads train.expected_lot_size={lot_size} "
+        f"as groups per lot, which must be in {bound}: set dp.group_lot_size, the expected "
+        f"groups per lot (e.g. --config.dp.group_lot_size={max(1, dataset_size // 5)})."
     )
 
 

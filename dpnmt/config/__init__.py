@@ -6,7 +6,13 @@ becomes `RunConfig(data, tokenizer, model, dp, train, eval)`, with every
 problem raised at once. `config_lib` builds the ConfigDict; this package reads it.
 """
 
-from dpnmt.config.fields import check_override_flags, config_fields, flatten, unknown_field_message
+from dpnmt.config.fields import (
+    check_override_flags,
+    config_fields,
+    flatten,
+    lot_size,
+    unknown_field_message,
+)
 from dpnmt.config.run import RunConfig
 from dpnmt.config.sections import (
     DataConfig,
@@ -28,5 +34,6 @@ __all__ = [
     "check_override_flags",
     "config_fields",
     "flatten",
+    "lot_size",
     "unknown_field_message",
 ]

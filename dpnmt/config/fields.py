@@ -97,6 +97,11 @@ def at_least(low: int) -> Callable[[Any], bool]:
     return lambda v: v >= low
 
 
+def whole_at_least(low: int) -> Callable[[Any], bool]:
+    """A test: the value is an int (not a bool) >= low."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
 def positive_finite(v: Any) -> bool:
     """A test: 0 < v < inf."""
     return v > 0 and math.isfinite(v)
@@ -110,3 +115,26 @@ def unit_open(v: Any) -> bool:
 def unit_right_open(v: Any) -> bool:
     """A test: 0 <= v < 1."""
     return 0 <= v < 1
+
+
+def lot_size(dp, train) -> tuple[int, str]:
+    """L of a run and the field it comes from: the one rule the plan and the config share.
+
+    `dp.unit="group"`: L_groups, the expected number of GROUPS per lot, is
+    `dp.group_lot_size`; unset, `train.expected_lot_size` counts groups
+    instead (runs written before `dp.group_lot_size` existed, e.g.
+    docs/results/groups_*). Otherwise L is `train.expected_lot_size`, in
+    examples (`dp.group_lot_size` is not read).
+
+    Args:
+      dp: `config.dp` (a `PrivacyConfig` or its ConfigDict).
+      train: `config.train` (a `TrainConfig` or its ConfigDict).
+
+    Returns:
+      (L, "dp.group_lot_size" or "train.expected_lot_size").
+    """
+    if getattr(dp, "unit", "example") == "group":
+        groups = getattr(dp, "group_lot_size", None)
+        if groups is not None:
+            return groups, "dp.group_lot_size"
+    return train.expected_lot_size, "train.expected_lot_size"

@@ -14,7 +14,7 @@ from typing import Any
 import ml_collections
 
 from dpnmt.config import sections
-from dpnmt.config.fields import unknown_field_message
+from dpnmt.config.fields import lot_size, range_problems, unknown_field_message, whole_at_least
 from dpnmt.errors import ConfigError, raise_problems
 
 FIXED_SEED_SWITCH = "testing_only_fixed_noise_seed_NO_PRIVACY"
@@ -128,10 +128,19 @@ class RunConfig:
         )
 
     def _group_unit_problems(self) -> list[str]:
-        """`dp.unit="group"` with a per-pair DP vocabulary, or explicit length buckets."""
+        """`dp.unit="group"`: L_groups, a per-pair DP vocabulary, explicit length buckets.
+
+        `dp.group_lot_size` (like `dp.group_cap`) is read only with `dp.unit="group"`:
+        configs state it for `--config.dp.unit=group`, and a per-pair run ignores it.
+        """
         if self.dp.unit != "group":
             return []
-        problems = []
+        problems = range_problems(
+            "dp.group_lot_size",
+            self.dp.group_lot_size,
+            whole_at_least(1),
+            "an int >= 1: L_groups, the expected groups per lot (q = L_groups / N_groups)",
+        )
         try:
             kind = self.tokenizer_kind
         except ConfigError:
@@ -234,15 +243,19 @@ class RunConfig:
 
         Unset (None): every max(ceil(T / EVALUATIONS_PER_RUN), ceil(EVAL_EXAMPLE_RATIO *
         data.max_eval_examples / L)) lots: a long run validates about ten times, a
-        short one rarely enough that validation does not dominate it.
+        short one rarely enough that validation does not dominate it. With
+        `dp.unit="group"`, L here is L_groups x k (`fields.lot_size`, `dp.group_cap`):
+        the most examples a lot of L_groups groups holds on average.
         """
         every = self.train.eval_every_steps
         if every is not None:
             return every
         per_run = math.ceil(num_steps / EVALUATIONS_PER_RUN)
-        per_examples = math.ceil(
-            EVAL_EXAMPLE_RATIO * self.data.max_eval_examples / self.train.expected_lot_size
-        )
+        examples_per_lot, _ = lot_size(self.dp, self.train)
+        if self.dp.unit == "group" and self.dp.group_cap:
+            examples_per_lot *= self.dp.group_cap
+        eval_examples = EVAL_EXAMPLE_RATIO * self.data.max_eval_examples
+        per_examples = math.ceil(eval_examples / examples_per_lot)
         return max(1, per_run, per_examples)
 
     def to_dict(self) -> dict:

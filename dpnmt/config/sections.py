@@ -1,12 +1,11 @@
 """A run's configuration as frozen, typed sections, each naming its own problems.
 
-One dataclass per ConfigDict section (`data`, `tokenizer`, `model`, `dp`,
-`train`, `eval`). Choices are `Literal` types; `problems()` checks what the
-section alone can tell (choices, ranges, fields that must agree) and returns
-one line per problem naming the field, the value and the fix. Rules that need
-the file system, the corpus, the devices or another section live with their
-owners (`dpnmt.config.run.RunConfig.problems`, `training.setup.config_problems`).
-Defaults equal `config_lib.base_config()`'s (tested); fields are documented there.
+One dataclass per ConfigDict section (`data`, `tokenizer`, `model`, `dp`, `train`, `eval`).
+Choices are `Literal` types; `problems()` checks what the section alone can tell (choices,
+ranges, fields that must agree) and returns one line per problem naming the field, the value and
+the fix. Rules that need the file system, the corpus, the devices or another section live with
+their owners (`dpnmt.config.run.RunConfig.problems`, `training.setup.config_problems`). Defaults
+equal `config_lib.base_config()`'s (tested); fields are documented there.
 """
 
 import dataclasses
@@ -304,6 +303,7 @@ class PrivacyConfig(Section):
     noise_mode: NoiseMode = "float"
     unit: Unit = "example"
     group_cap: int | None = None
+    group_lot_size: int | None = None  # Checked by RunConfig (group runs only).
 
     @property
     def calibrates_noise(self) -> bool:

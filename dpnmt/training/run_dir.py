@@ -425,6 +425,6 @@ def workdir_problems(workdir: str | None, run: RunConfig | None = None) -> list[
                 f"--workdir={workdir} holds a run with a different config (fields differ: "
                 f"{differ}); use a new --workdir, or resume with the run's values"
                 + (f": {resume}" if resume else "")
-                + "."
+                + " (or with --workdir alone: its config.json)."
             ]
     return []

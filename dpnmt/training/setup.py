@@ -260,6 +260,19 @@ def build_run(
             largest_group=pieces.largest_group(corpus),
             num_groups=None if train_groups is None else len(set(train_groups)),
         )
+    if plan.unit == privacy.GROUP and run.dp.group_lot_size is None:
+        logging.warning(
+            "dp.group_lot_size is unset: train.expected_lot_size=%d is read as groups per lot "
+            "(L_groups, as runs before the field did); set dp.group_lot_size to say so.",
+            plan.expected_lot_size,
+        )
+    elif plan.unit == privacy.GROUP and run.train.expected_lot_size != plan.expected_lot_size:
+        logging.warning(  # An override of train.expected_lot_size would change nothing here.
+            "dp.unit='group': lots of dp.group_lot_size=%d groups; train.expected_lot_size=%d "
+            "(pairs) is not read. Change the lot with --config.dp.group_lot_size.",
+            plan.expected_lot_size,
+            run.train.expected_lot_size,
+        )
     if not plan.seed_is_secret and plan.private:
         logging.warning(
             "config.%s: the noise seed is fixed, this run has NO privacy guarantee (ε = ∞).",
