@@ -6,7 +6,15 @@ The rules the data section alone can check are `dpnmt.config.DataConfig.problems
 import os
 
 from dpnmt.config import DataConfig, PrivacyConfig
-from dpnmt.data import corpora, dp_sentencepiece, groups, languages, objectives, preprocess
+from dpnmt.data import (
+    corpora,
+    dp_sentencepiece,
+    groups,
+    languages,
+    objectives,
+    preprocess,
+    tokenizers,
+)
 from dpnmt.errors import InputError
 
 # A learnt SentencePiece here has pad, eos and unk, 256 byte pieces (byte
@@ -102,21 +110,36 @@ def objective_problems(run) -> list[str]:
         kind = run.tokenizer_kind
     except InputError:
         return []  # Named by the tokenizer problems.
-    if data.objective != "span_corruption" or kind == "pretrained":
-        return []  # A pretrained tokenizer's sentinels are looked up when it loads.
+    if data.objective != "span_corruption":
+        return []
     needed = objectives.span_count(
         data.max_source_length - 1,
         noise_density=data.noise_density,
         mean_span_length=data.mean_span_length,
     )
-    if run.tokenizer.sentinels < needed:
+    sentinels = run.tokenizer.sentinels
+    if kind == "pretrained" and _pretrained_has_sentinels(run.model) is not False:
+        return []  # Its own (a hub model's are looked up when it loads).
+    if sentinels < needed:
+        what = "appended to the pretrained tokenizer" if kind == "pretrained" else "reserved"
         return [
             f"data.objective='span_corruption' on texts of up to {data.max_source_length - 1} "
             f"tokens uses up to {needed} sentinels, but tokenizer.sentinels="
-            f"{run.tokenizer.sentinels}; set tokenizer.sentinels >= {needed} (reserved "
-            "<extra_id_i> pieces: no privacy cost)."
+            f"{sentinels}; set tokenizer.sentinels >= {needed} (<extra_id_i> pieces {what}: "
+            "no privacy cost)."
         ]
     return []
+
+
+def _pretrained_has_sentinels(model) -> bool | None:
+    """Whether a local pretrained folder's tokenizer has `<extra_id_0>` (None: not local)."""
+    if not os.path.isdir(model.name_or_path or ""):
+        return None
+    try:
+        tokenizer, _ = tokenizers.load_pretrained_tokenizer(model.name_or_path)
+    except (OSError, ValueError):
+        return None  # Named by the model files' problems.
+    return tokenizer.piece_id(objectives.sentinel_pieces(1)[0]) is not None
 
 
 def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
