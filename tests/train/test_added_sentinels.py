@@ -29,8 +29,11 @@ K = 8
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):
+    return write_model_without_sentinels(tmp_path_factory.mktemp("public_model"))
+
+
+def write_model_without_sentinels(folder):
     """A tiny tied T5 v1.0 and a public SentencePiece WITHOUT sentinels, as dpnmt exports them."""
-    folder = tmp_path_factory.mktemp("public_model")
     text = folder / "public.txt"
     text.write_text("".join(f"Ein Satz {i} ist kurz, a small sentence\n" for i in range(200)))
     tokenizer, _ = tokenizers.train_sentencepiece([str(text)], vocab_size=300)

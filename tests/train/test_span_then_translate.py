@@ -19,10 +19,12 @@ from dp_accounting.pld import pld_privacy_accountant
 from dpnmt import privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import corpus_record, objectives, overlap, text_objective, tokenizers
-from dpnmt.training import pieces, pretrained_privacy
+from dpnmt.errors import ConfigError
+from dpnmt.training import pieces, preflight, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from tests.markers import needs_data
 from tests.small_configs import load_config
+from tests.train.test_added_sentinels import write_model_without_sentinels
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAKE_FILES = ROOT / "docs" / "results" / "span_then_translate" / "make_files.py"
@@ -132,3 +134,21 @@ def test_the_halves_are_disjoint_and_each_stage_plans_eps8_composing_to_eps8(tmp
     (export / "dpnmt.json").write_text(json.dumps(settings))
     (problem,) = pretrained_privacy.pretrained_problems(fine)  # preflight asks it.
     assert "not disjoint" in problem
+
+
+@needs_data
+def test_the_span_stage_passes_the_static_checks_from_a_model_without_sentinels(
+    tmp_path, monkeypatch
+):
+    """The public model's layout (a dpnmt export, no sentinels) in small: the stage's
+    objective, lengths, buckets and appended sentinels pass; without them it is refused."""
+    _make_files().make(os.path.join(os.environ["DPNMT_DATA_DIR"], "multi30k"), str(tmp_path))
+    monkeypatch.setenv("DPNMT_DATA_DIR", str(tmp_path))
+    config = load_config("span_then_translate", "span")
+    (tmp_path / "public").mkdir()
+    config.model.name_or_path = str(write_model_without_sentinels(tmp_path / "public"))
+    preflight.check_static(RunConfig.of(config), str(tmp_path / "run"))
+    config.tokenizer.sentinels = 0
+    with pytest.raises(ConfigError, match=r"tokenizer.sentinels >= 2 \(<extra_id_i> pieces app"):
+        preflight.check_static(RunConfig.of(config), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
