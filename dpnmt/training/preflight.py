@@ -187,7 +187,7 @@ def _group_pretrained_problems(run: RunConfig) -> list[str]:
     if run.dp.unit != privacy.GROUP or not run.dp.enabled:
         return []
     claim = pretrained_privacy.pretrained_claim(run)
-    if claim is None or not claim.composed or not claim.epsilon:  # None, 0: nothing added.
+    if claim is None or not (claim.composed or claim.parallel) or not claim.epsilon:
         return []
     if claim.epsilon == float("inf"):  # Composes to ε = ∞: reported as no guarantee.
         return []
