@@ -29,9 +29,17 @@ trains on B's English side instead (the decoder's language).
 Privacy: every stage is DP at ε = 8 (δ = 1e-8) with configs/multi30k_from_public.py's
 recipe functions (L = 1,024, 20 epochs, lr 1e-3, C = 1, Poisson lots; not tuned
 for pre-training). Stage 2 declares stage 1's data disjoint
-(`model.pretrained_data_disjoint=True`): parallel composition, total ε = 8 for
-(b) and (c) as for (a); dpnmt checks the declaration against stage 1's
-recorded corpus (refused if it is A's folder or shares A's text). The public
+(`model.pretrained_data_disjoint=True`): parallel composition, total
+ε = max(8, 8) = 8 for (b) and (c) as for (a) (docs/fine_tuning.md). The
+guarantee is for halves A and B as given datasets: a person with data in
+both halves is covered by neither declaration. What dpnmt checks of the
+declaration, before training: the corpus folder stage 1's export records
+(the same `files:` folder as A is refused), and, when that recorded folder
+is found here (as named, or under $DPNMT_DATA_DIR), a text overlap check:
+refused when its train text holds more than 1% of the normalised sentences of
+>= 20 characters of one side of A (10 for CJK). Nothing
+else (paraphrases, short sentences, the same person's other sentences) is
+checked: the rest is the make script's split and the user's word. The public
 model's data are public and disjoint too (declared as in multi30k_from_public).
 
     python -m dpnmt.train --config=configs/span_then_translate.py:translate --workdir=runs/stt_a
