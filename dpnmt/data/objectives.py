@@ -30,7 +30,9 @@ vocabulary (public, DP or private) has them only when built with
 `tokenizer.sentinels = K`: K control symbols reserved at training time, ids
 3..K+2 (fixed, data-independent: no privacy cost); control symbols are never
 produced from text, so a literal "<extra_id_0>" in a text stays characters. A
-pretrained tokenizer without them gets K appended (`dpnmt.data.sentinels`).
+pretrained tokenizer without them gets K appended (`dpnmt.data.sentinels`):
+Hugging Face added tokens, so there a literal "<extra_id_N>" in a text IS
+tokenized as that sentinel's id (as in Hugging Face's own T5 tokenizers).
 `find_sentinel_ids` looks them up and refuses, naming that field, when a
 vocabulary lacks them; other tokenizers (mBART, Marian) are refused alike.
 

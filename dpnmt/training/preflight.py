@@ -71,6 +71,7 @@ def config_problems(run: RunConfig, *, device_count: int | None = None) -> list[
         *(model_files or pretrained_privacy.pretrained_problems(run)),  # The files first.
         *data_checks.data_problems(run.data, run.dp),
         *data_checks.objective_problems(run),
+        *data_checks.appended_sentinel_problems(run),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
         *run.train.device_problems(device_count),
         *compilation_cache.problems(run.train.compilation_cache),

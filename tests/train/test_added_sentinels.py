@@ -184,3 +184,58 @@ def test_span_corruption_trains_from_it_resumes_exactly_and_exports_to_transform
     # The export has its sentinels: span corruption from it appends none and grows nothing.
     tokenizer, _, config, _ = _tokenizer_and_model(_config(tmp_path / "c", out))
     assert sentinels.added_sentinels(tokenizer) == 0 and config.vocab_size == v + K
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"data.objective": "translation"}, "uses no sentinels (only span_corruption"),
+        ({"data.objective": "prefix_lm"}, "uses no sentinels (only span_corruption"),
+        ({"model_type": "bart"}, "sentinel rows are appended to T5 and mT5 models only"),
+        ({"vocab_size": 320}, "its model has 320 embedding rows and its tokenizer 300 ids"),
+        ({"model.finetune": "lora"}, "model.finetune='lora' freezes shared/embedding"),
+        ({"model.trainable": "encoder/"}, "model.trainable='encoder/' freezes shared/embedding"),
+        ({"model.trainable": "shared/", "untied": True}, "freezes lm_head/kernel"),
+    ],
+)
+def test_appended_sentinels_that_cannot_work_are_refused_before_anything_is_written(
+    model_folder, tmp_path, change, why
+):
+    """They failed in build_model, after config.json and private/ were written (a non-T5
+    model, or vocab_size != the tokenizer's size), or trained silently: sentinels grown for
+    the translation objective, or new rows frozen near-identical (LoRA, a trainable regex)."""
+    import json  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    folder = tmp_path / "model"
+    shutil.copytree(model_folder, folder)
+    hf_config = json.loads((folder / "config.json").read_text())
+    hf_config["tie_word_embeddings"] = not change.get("untied")  # Only config.json is read.
+    for key in ("model_type", "vocab_size"):
+        if key in change:
+            hf_config[key] = change[key]
+    (folder / "config.json").write_text(json.dumps(hf_config))
+    c = _config(tmp_path, folder)
+    for key, value in change.items():
+        if "." in key:
+            section, field = key.split(".")
+            setattr(getattr(c, section), field, value)
+    if c.model.finetune == "lora":
+        c.model.lora_rank = 4
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        loop.train_and_evaluate(RunConfig.of(c), str(workdir))
+    assert why in str(error.value) and "tokenizer.sentinels=8 appends" in str(error.value)
+    assert not workdir.exists()
+
+
+def test_trained_appended_sentinels_pass_the_check(model_folder, tmp_path):
+    from dpnmt.data import checks  # noqa: PLC0415
+
+    c = _config(tmp_path, model_folder)
+    assert checks.appended_sentinel_problems(RunConfig.of(c)) == []
+    c.model.trainable = "shared/|decoder/"  # Tied: the embedding is the head.
+    assert checks.appended_sentinel_problems(RunConfig.of(c)) == []
+    c.tokenizer.sentinels = 0  # Nothing appended: nothing to check here.
+    c.data.objective = "translation"
+    assert checks.appended_sentinel_problems(RunConfig.of(c)) == []
