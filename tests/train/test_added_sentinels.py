@@ -108,6 +108,9 @@ def test_sentinels_are_appended_in_t5_order_and_the_rows_are_public(model_folder
         range(v + K - 1, v - 1, -1)
     )
     assert tokenizer.encode([TEXTS[0]]) == plain.encode([TEXTS[0]])  # Text ids unchanged.
+    # Added tokens: a literal "<extra_id_0>" in a text is the sentinel (docs/data.md).
+    assert v + K - 1 in tokenizer.encode(["a <extra_id_0> b"])[0]
+    assert v + K - 1 not in plain.encode(["a <extra_id_0> b"])[0]
     assert record.details["sentinels_added"] == K and "appended" in record.note
     grown = np.asarray(params["shared"]["embedding"])
     assert grown.shape == (v + K, old.shape[1]) and "lm_head" not in params  # Still tied.
@@ -131,6 +134,16 @@ def test_an_untied_head_grows_too_and_a_model_with_sentinels_is_untouched(tmp_pa
     v, d = np.asarray(params["shared"]["embedding"]).shape
     assert grown_config.vocab_size == v + 3 and grown["lm_head"]["kernel"].shape == (d, v + 3)
     np.testing.assert_array_equal(grown["lm_head"]["kernel"][:, :v], params["lm_head"]["kernel"])
+    # The new columns are the documented rows of the head's own [V, d] table (not the
+    # embedding's), and the new embedding rows those of the embedding.
+    head = np.asarray(params["lm_head"]["kernel"]).T
+    np.testing.assert_array_equal(
+        np.asarray(grown["lm_head"]["kernel"])[:, v:], vocabulary.new_rows(head, 3).T
+    )
+    np.testing.assert_array_equal(
+        np.asarray(grown["shared"]["embedding"])[v:],
+        vocabulary.new_rows(np.asarray(params["shared"]["embedding"]), 3),
+    )
     with pytest.raises(ValueError, match="would not be the new rows"):
         vocabulary.grow_vocabulary(params, config, 3, total=config.vocab_size + 5)
     # A tokenizer with sentinels (here: the export of an appended one) is left as it is.
