@@ -161,7 +161,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.tokenizer.dp_noise_stddev = 20.0  # DP-SentencePiece: σ of each word count.
     c.tokenizer.dp_delta = 1e-9  # DP-SentencePiece: its δ (composed with DP-SGD's).
     c.tokenizer.dp_max_words = 64  # DP-SentencePiece: words kept per pair.
-    c.tokenizer.sentinels = 0  # SentencePiece kinds: T5 <extra_id_i> reserved (span_corruption).
+    c.tokenizer.sentinels = 0  # T5 <extra_id_i>: reserved (SentencePiece) or appended (pretrained).
 
     c.model = ml_collections.ConfigDict()
     c.model.name_or_path = config_dict.placeholder(str)  # Pretrained: hub name or local dir.

@@ -21,7 +21,8 @@ from dpnmt.public_names import public_corpus, public_name
 # Privacy-report keys this card explains; any others are printed after them.
 _PRIVACY_KEYS = {
     "private": "DP-SGD applied",
-    "total_epsilon": "total ε (DP-SGD + vocabulary + a composed pretrained export)",
+    "total_epsilon": "total ε (DP-SGD + vocabulary + a composed pretrained export; "
+    "with a disjoint one, the larger of the two)",
     "total_delta": "total δ",
     "dp_sgd_epsilon": "DP-SGD ε",
     "dp_sgd_delta": "DP-SGD δ",
@@ -140,7 +141,8 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
         f"{counts}, assumed public; the hyper-parameter search (each configuration "
         "tried spends privacy that this ε does not count); a pretrained starting model's own "
         "training data, unless its ε is composed above (a dpnmt export whose data may overlap "
-        "this run's). Shuffled lots give only the no-amplification bound; a figure marked "
+        "this run's, or one trained with DP on data declared disjoint: the larger ε). "
+        "Shuffled lots give only the no-amplification bound; a figure marked "
         "NOT_A_GUARANTEE is no guarantee.",
     ]
     group = privacy.get("group_privacy")
@@ -160,6 +162,17 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
             f"**Two private stages.** The total ε ({how}) composes the pretrained export's "
             f"own guarantee, per {theirs}, with this run's, per {ours}: it bounds one person "
             "with at most one example in each stage's training data.",
+        ]
+    if pretrained.get("parallel"):
+        theirs = (pretrained.get("record") or {}).get("example") or _ONE_PAIR
+        ours = privacy.get("example") or _ONE_PAIR
+        lines += [
+            "",
+            "**Two private stages, disjoint data (declared).** The total ε is the larger of "
+            f"the pretrained export's own (ε = {_value(pretrained.get('epsilon'))}, per "
+            f"{theirs}) and this run's (per {ours}): parallel composition over disjoint data "
+            "(model.pretrained_data_disjoint=True, the user's declaration): each person's data "
+            "are in one stage's training set only.",
         ]
     return lines
 

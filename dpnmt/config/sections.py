@@ -194,7 +194,7 @@ class TokenizerConfig(Section):
             (
                 ("vocab_size", at_least(8), ">= 8 pieces"),
                 ("dp_max_words", at_least(1), ">= 1"),
-                ("sentinels", at_least(0), ">= 0 (T5 sentinels reserved)"),
+                ("sentinels", at_least(0), ">= 0 (T5 sentinels reserved or appended)"),
             )
         )
 

@@ -3,10 +3,20 @@
 The rules the data section alone can check are `dpnmt.config.DataConfig.problems`.
 """
 
+import json
 import os
+import re
 
 from dpnmt.config import DataConfig, PrivacyConfig
-from dpnmt.data import corpora, dp_sentencepiece, groups, languages, objectives, preprocess
+from dpnmt.data import (
+    corpora,
+    dp_sentencepiece,
+    groups,
+    languages,
+    objectives,
+    preprocess,
+    tokenizers,
+)
 from dpnmt.errors import InputError
 
 # A learnt SentencePiece here has pad, eos and unk, 256 byte pieces (byte
@@ -102,21 +112,134 @@ def objective_problems(run) -> list[str]:
         kind = run.tokenizer_kind
     except InputError:
         return []  # Named by the tokenizer problems.
-    if data.objective != "span_corruption" or kind == "pretrained":
-        return []  # A pretrained tokenizer's sentinels are looked up when it loads.
+    if data.objective != "span_corruption":
+        return []
     needed = objectives.span_count(
         data.max_source_length - 1,
         noise_density=data.noise_density,
         mean_span_length=data.mean_span_length,
     )
-    if run.tokenizer.sentinels < needed:
+    sentinels = run.tokenizer.sentinels
+    if kind == "pretrained" and _pretrained_has_sentinels(run.model) is not False:
+        return []  # Its own (a hub model's are looked up when it loads).
+    if sentinels < needed:
+        what = "appended to the pretrained tokenizer" if kind == "pretrained" else "reserved"
         return [
             f"data.objective='span_corruption' on texts of up to {data.max_source_length - 1} "
             f"tokens uses up to {needed} sentinels, but tokenizer.sentinels="
-            f"{run.tokenizer.sentinels}; set tokenizer.sentinels >= {needed} (reserved "
-            "<extra_id_i> pieces: no privacy cost)."
+            f"{sentinels}; set tokenizer.sentinels >= {needed} (<extra_id_i> pieces {what}: "
+            "no privacy cost)."
         ]
     return []
+
+
+def _local_pretrained_tokenizer(model):
+    """A local pretrained folder's tokenizer (None: not a local folder, or unreadable)."""
+    if not os.path.isdir(model.name_or_path or ""):
+        return None
+    try:
+        return tokenizers.load_pretrained_tokenizer(model.name_or_path)[0]
+    except (OSError, ValueError):
+        return None  # Named by the model files' problems.
+
+
+def _pretrained_has_sentinels(model) -> bool | None:
+    """Whether a local pretrained folder's tokenizer has `<extra_id_0>` (None: not local)."""
+    tokenizer = _local_pretrained_tokenizer(model)
+    if tokenizer is None:
+        return None
+    return tokenizer.piece_id(objectives.sentinel_pieces(1)[0]) is not None
+
+
+# Parameter paths of the vocabulary-sized tables (`models.vocabulary.grow_vocabulary`).
+EMBEDDING_PATH, HEAD_PATH = "shared/embedding", "lm_head/kernel"
+
+
+def appended_sentinel_problems(run) -> list[str]:
+    """`tokenizer.sentinels` that would be APPENDED to a local pretrained tokenizer, refused.
+
+    Appended sentinels (`dpnmt.data.sentinels`) need span corruption (nothing
+    else uses them), a T5-family model whose embedding has one row per
+    tokenizer id (the new ids are the new rows), and those rows trained (the
+    embedding, and an untied `lm_head`): frozen, the K new rows stay the
+    near-identical public mean and the sentinels indistinct. Asked by the
+    preflight, before anything is written; a hub id is checked when it loads.
+
+    Args:
+      run: the `RunConfig` (its data, model and tokenizer sections).
+    """
+    count, model = run.tokenizer.sentinels, run.model
+    if not count or model.name_or_path is None:
+        return []
+    try:
+        if run.tokenizer_kind != "pretrained":
+            return []
+    except InputError:
+        return []  # Named by the tokenizer problems.
+    tokenizer = _local_pretrained_tokenizer(model)
+    if tokenizer is None or tokenizer.piece_id(objectives.sentinel_pieces(1)[0]) is not None:
+        return []  # Not local, or has its own sentinels: nothing is appended.
+    where = (
+        f"tokenizer.sentinels={count} appends {count} sentinels to the tokenizer of "
+        f"model.name_or_path={model.name_or_path!r} (it has none)"
+    )
+    if run.data.objective != "span_corruption":
+        return [
+            f"{where}, but data.objective={run.data.objective!r} uses no sentinels (only "
+            "span_corruption does): set tokenizer.sentinels=0, or data.objective="
+            "'span_corruption'."
+        ]
+    hf_config = _hf_config(model.name_or_path)
+    model_type = str(hf_config.get("model_type"))
+    if model_type not in ("t5", "mt5"):
+        return [
+            f"{where}, but it is a {model_type!r} model: sentinel rows are appended to T5 and "
+            "mT5 models only; use a T5-family model, or a tokenizer that has sentinels "
+            "(tokenizer.sentinels=0)."
+        ]
+    rows = hf_config.get("vocab_size")
+    if rows != tokenizer.vocab_size:
+        return [
+            f"{where}, but its model has {rows} embedding rows and its tokenizer "
+            f"{tokenizer.vocab_size} ids: the sentinels' ids would not be the new rows. Append "
+            "sentinels only to a model whose config.json vocab_size equals its tokenizer's "
+            "size, or use a tokenizer that has them (tokenizer.sentinels=0)."
+        ]
+    tables = [EMBEDDING_PATH]
+    if not hf_config.get("tie_word_embeddings", True):
+        tables.append(HEAD_PATH)
+    if model.finetune != "all":
+        frozen = tables
+    elif model.trainable:
+        try:
+            frozen = [t for t in tables if re.search(model.trainable, t) is None]
+        except re.error:
+            return []  # Named when the model is split (`training.pieces.split_trainable`).
+    else:
+        frozen = []
+    if frozen:
+        how = (
+            f"model.finetune={model.finetune!r}"
+            if model.finetune != "all"
+            else f"model.trainable={model.trainable!r}"
+        )
+        return [
+            f"{where}, but {how} freezes {' and '.join(frozen)}: the {count} new rows would "
+            "stay the near-identical public mean, the sentinels indistinct. Train them "
+            "(model.finetune='all' with a model.trainable matching "
+            f"{' and '.join(tables)}, or unset), or use a tokenizer that has sentinels."
+        ]
+    return []
+
+
+def _hf_config(name_or_path: str) -> dict:
+    """A local model folder's config.json ({} when unreadable: named by the model files')."""
+    try:
+        with open(os.path.join(name_or_path, "config.json"), encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:

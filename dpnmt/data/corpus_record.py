@@ -148,7 +148,8 @@ def _message(where: str, found: list[str], how: str, private: str) -> str:
     return (
         f"{where}, but its dpnmt.json records that it was trained on {found}: {how} this "
         f"run's private corpus (data.corpus={private!r}), so its training data are not disjoint "
-        "from this run's, and declaring them so would drop its ε (∞ for a non-private "
-        "export). Unset model.pretrained_data_disjoint (a private export's ε is then "
+        "from this run's, and declaring them so would take the larger ε instead of the "
+        "sum (a non-private export's data would be left out of the report). "
+        "Unset model.pretrained_data_disjoint (a private export's ε is then "
         "composed), or start from a model not trained on this corpus."
     )

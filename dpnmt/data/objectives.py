@@ -29,7 +29,10 @@ Sentinels are T5's `<extra_id_0>`, `<extra_id_1>`, ... in that order
 vocabulary (public, DP or private) has them only when built with
 `tokenizer.sentinels = K`: K control symbols reserved at training time, ids
 3..K+2 (fixed, data-independent: no privacy cost); control symbols are never
-produced from text, so a literal "<extra_id_0>" in a text stays characters.
+produced from text, so a literal "<extra_id_0>" in a text stays characters. A
+pretrained tokenizer without them gets K appended (`dpnmt.data.sentinels`):
+Hugging Face added tokens, so there a literal "<extra_id_N>" in a text IS
+tokenized as that sentinel's id (as in Hugging Face's own T5 tokenizers).
 `find_sentinel_ids` looks them up and refuses, naming that field, when a
 vocabulary lacks them; other tokenizers (mBART, Marian) are refused alike.
 
@@ -206,9 +209,10 @@ def find_sentinel_ids(
     if missing:
         raise ValueError(
             f"{vocabulary} lacks the sentinel <extra_id_{missing[0]}> ({len(missing)} of the "
-            f"{count} sentinels span corruption needs are missing); build a dpnmt "
-            f"SentencePiece vocabulary with tokenizer.sentinels >= {count}, or use a "
-            "T5/mT5 tokenizer (100 sentinels)."
+            f"{count} sentinels span corruption needs are missing); set "
+            f"tokenizer.sentinels >= {count} (reserved in a dpnmt SentencePiece vocabulary, "
+            "appended to a pretrained tokenizer that has none), or use a T5/mT5 tokenizer "
+            "(100 sentinels)."
         )
     if len(set(found)) != count:
         raise ValueError(f"{vocabulary}'s sentinel pieces do not have distinct ids: {found}.")

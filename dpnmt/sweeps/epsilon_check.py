@@ -134,6 +134,8 @@ def check_run(privacy: dict) -> EpsilonCheck:
     joint = _joint_total(privacy)
     if joint is not None:  # Two private stages in one accountant (`training.stage_composition`).
         total_recomputed = joint
+    if pretrained.get("parallel"):  # Declared disjoint data: the larger of the two totals.
+        total_recomputed = max(total_recomputed, _float(pretrained.get("epsilon")))
     agrees = abs(reported - recomputed) <= tolerance and (
         total == total_recomputed or abs(total - total_recomputed) <= tolerance
     )

@@ -26,6 +26,7 @@ from dpnmt.data import (
     health,
     objectives,
     public_vocab,
+    sentinels,
     text_objective,
     tokenizers,
 )
@@ -34,6 +35,7 @@ from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.data.languages import parse_pair
 from dpnmt.errors import ConfigError, ModelUnavailableError
 from dpnmt.models import lora
+from dpnmt.models.vocabulary import grow_vocabulary
 from dpnmt.training import pretrained_privacy
 from dpnmt.training.run_dir import (
     TOKENIZER_FILE,
@@ -115,6 +117,18 @@ def _export_vocabulary(
     )
 
 
+def _with_added(record, tokenizer) -> tokenizers.VocabularyRecord:
+    """The pretrained vocabulary's record, saying which sentinels the run appended."""
+    added = sentinels.added_sentinels(tokenizer)
+    if not added:
+        return record
+    return dataclasses.replace(
+        record,
+        note=f"{record.note}; {added} T5 sentinels appended (tokenizer.sentinels, no data used)",
+        details={**record.details, "vocab_size": tokenizer.vocab_size, "sentinels_added": added},
+    )
+
+
 def build_tokenizer(
     run: RunConfig,
     corpus: datasets.DatasetDict,
@@ -149,7 +163,8 @@ def build_tokenizer(
             tokenizer, record = tokenizers.load_pretrained_tokenizer(
                 name_or_path, src_lang=src_lang, tgt_lang=tgt_lang
             )
-        return tokenizer, _export_vocabulary(name_or_path, record)
+        tokenizer = sentinels.with_sentinels(tokenizer, run.tokenizer.sentinels)
+        return tokenizer, _with_added(_export_vocabulary(name_or_path, record), tokenizer)
     model_path = os.path.join(workdir, TOKENIZER_FILE)
     record_path = os.path.join(workdir, VOCABULARY_RECORD_FILE)
     if os.path.exists(model_path) and os.path.exists(record_path):
@@ -404,7 +419,12 @@ def build_model(
     if model.name_or_path is not None:
         with _hub_errors(model.name_or_path):
             pretrained, params, _ = models.load_pretrained(model.name_or_path)
-        return _with_adapters(model, pretrained.config, params, rng)
+        # Rows for the sentinels build_tokenizer appended (public init: models.vocabulary).
+        added = sentinels.added_sentinels(tokenizer)
+        params, config = grow_vocabulary(
+            params, pretrained.config, added, total=tokenizer.vocab_size
+        )
+        return _with_adapters(model, config, params, rng)
     gated = model.feed_forward_proj.startswith("gated-")
     model_config = models.T5Config(
         model_type="t5",

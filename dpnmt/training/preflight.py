@@ -71,6 +71,7 @@ def config_problems(run: RunConfig, *, device_count: int | None = None) -> list[
         *(model_files or pretrained_privacy.pretrained_problems(run)),  # The files first.
         *data_checks.data_problems(run.data, run.dp),
         *data_checks.objective_problems(run),
+        *data_checks.appended_sentinel_problems(run),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
         *run.train.device_problems(device_count),
         *compilation_cache.problems(run.train.compilation_cache),
@@ -187,7 +188,7 @@ def _group_pretrained_problems(run: RunConfig) -> list[str]:
     if run.dp.unit != privacy.GROUP or not run.dp.enabled:
         return []
     claim = pretrained_privacy.pretrained_claim(run)
-    if claim is None or not claim.composed or not claim.epsilon:  # None, 0: nothing added.
+    if claim is None or not (claim.composed or claim.parallel) or not claim.epsilon:
         return []
     if claim.epsilon == float("inf"):  # Composes to ε = ∞: reported as no guarantee.
         return []

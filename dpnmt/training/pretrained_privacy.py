@@ -5,7 +5,12 @@ its `dpnmt.json`. Fine-tuning it on private data that may overlap its own
 training data is a second use of those examples: its total (ε, δ) composes
 with this run's (basic composition), unless the user declares the two
 datasets disjoint (`model.pretrained_data_disjoint=True`), and the report
-says which. An export without a finite guarantee (a non-private run, a
+says which. Declared disjoint, an export trained with DP (its record private)
+composes in parallel: the total (ε, δ) is the larger of its own and this
+run's (`parallel_by_export`, `privacy_report.parallel_total`; ∞ without a
+finite ε: a private run refuses it). Declared disjoint, an export trained
+without DP (a public stage) is not composed: its data are outside the report.
+An export without a finite guarantee (a non-private run, a
 vocabulary learnt without DP, an export from before dpnmt wrote the record)
 would make the total ∞: a private run refuses it unless declared disjoint.
 Models that are not dpnmt exports (a hub id, another `save_pretrained`
@@ -27,6 +32,10 @@ PRIVACY_KEY = "privacy"  # Its key holding the exported run's privacy report.
 DISJOINT_FIELD = "model.pretrained_data_disjoint"
 _DECLARED = f"pretrained on data declared disjoint from this run's ({DISJOINT_FIELD}=True)"
 DISJOINT_NOTE = f"{_DECLARED}: its ε is not composed; its own record is kept here"
+PARALLEL_NOTE = (
+    f"{_DECLARED}, and trained with DP on its own (private) data: parallel composition, the "
+    "total is the larger of its (ε, δ) and this run's; its own record is kept here"
+)
 
 _OVERLAPPING = (
     f"{DISJOINT_FIELD}=True refused: the export's recorded training corpora include this run's"
@@ -117,7 +126,9 @@ def _left_out(record: dict[str, Any]) -> tuple[float, float]:
     (inf, 0) when that export gave no finite ε; (0, 0) when there is none.
     """
     parent = record.get("pretrained")
-    if not isinstance(parent, dict) or not parent.get("dpnmt_export") or parent.get("composed"):
+    if not isinstance(parent, dict) or not parent.get("dpnmt_export"):
+        return 0.0, 0.0
+    if parent.get("composed") or parent.get("parallel"):  # Already in the record's total.
         return 0.0, 0.0
     epsilon, delta = _number(parent.get("epsilon")), _number(parent.get("delta"))
     if epsilon is None or math.isnan(epsilon) or epsilon < 0:
@@ -125,8 +136,8 @@ def _left_out(record: dict[str, Any]) -> tuple[float, float]:
     return epsilon, delta if delta is not None and 0 <= delta < 1 else 1.0
 
 
-def _defect(record: dict[str, Any]) -> str | None:
-    """Why `record` gives no finite (ε, δ) (a few words), or None when it gives one."""
+def _own_defect(record: dict[str, Any]) -> str | None:
+    """Why `record`'s own total gives no finite (ε, δ), its starting export aside; or None."""
     if record.get("private") is not True:
         return "it was trained without DP"
     epsilon_text, delta_text = _epsilon_delta(record)
@@ -138,6 +149,15 @@ def _defect(record: dict[str, Any]) -> str | None:
         return f"its record's total_delta={delta_text!r} is not a number in [0, 1)"
     if math.isinf(epsilon):
         return f"its total ε is ∞: {record.get('composition', 'no guarantee')}"
+    return None
+
+
+def _defect(record: dict[str, Any]) -> str | None:
+    """Why `record` gives no finite (ε, δ) (a few words), or None when it gives one."""
+    why = _own_defect(record)
+    if why is not None:
+        return why
+    delta = float(_number(_epsilon_delta(record)[1]))
     parent_epsilon, parent_delta = _left_out(record)
     if math.isinf(parent_epsilon) or delta + parent_delta >= 1:
         return (
@@ -159,6 +179,35 @@ def claimed_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
     epsilon, delta = _epsilon_delta(record)
     parent_epsilon, parent_delta = _left_out(record)
     return float(epsilon) + parent_epsilon, float(delta) + parent_delta
+
+
+def parallel_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
+    """(ε, δ) a private export gives the people in its own training data; (inf, None): none.
+
+    What parallel composition takes the max of (`privacy_report.parallel_total`):
+    the record's own total, and, when that export itself started from an
+    earlier private export declared disjoint without taking the max (a record
+    from before parallel composition), that one's too. An earlier export
+    trained without DP (a public stage) stays outside, as it was there.
+    """
+    if _own_defect(record) is not None:
+        return math.inf, None
+    epsilon, delta = (float(_number(v)) for v in _epsilon_delta(record))
+    parent = record.get("pretrained")
+    if (
+        isinstance(parent, dict)
+        and parent.get("dpnmt_export")
+        and not parent.get("composed")
+        and not parent.get("parallel")
+        and (parent.get("record") or {}).get("private") is True
+    ):
+        parent_epsilon, parent_delta = _number(parent.get("epsilon")), _number(parent.get("delta"))
+        if parent_epsilon is None or math.isnan(parent_epsilon) or parent_epsilon < 0:
+            return math.inf, None
+        if parent_delta is None or not 0 <= parent_delta < 1:
+            return math.inf, None
+        epsilon, delta = max(epsilon, parent_epsilon), max(delta, parent_delta)
+    return epsilon, delta
 
 
 def _adjacency(record: dict[str, Any] | None) -> str | None:
@@ -194,9 +243,11 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     record = record if isinstance(record, dict) else None
     epsilon, delta = (math.inf, None) if record is None else claimed_by_export(record)
 
-    def claim(composed: bool, epsilon: float, delta: float | None, note: str) -> PretrainedClaim:
+    def claim(
+        composed: bool, epsilon: float, delta: float | None, note: str, parallel: bool = False
+    ) -> PretrainedClaim:
         return PretrainedClaim(
-            True, composed, declared, epsilon, delta, note, record, _adjacency(record)
+            True, composed, declared, epsilon, delta, note, record, _adjacency(record), parallel
         )
 
     if declared and run.dp.enabled:
@@ -206,6 +257,20 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
         overlap = corpus_record.same_corpus_problems(settings, run.data, where)
         if overlap:
             return claim(True, epsilon, delta, _OVERLAPPING), overlap[0]
+    if declared and record is not None and record.get("private") is True:
+        epsilon, delta = parallel_by_export(record)
+        parallel = claim(False, epsilon, delta, PARALLEL_NOTE, parallel=True)
+        if run.dp.enabled and math.isinf(epsilon):
+            why = _own_defect(record) or "its own starting export's ε is not finite"
+            problem = (
+                f"model.name_or_path={name!r} is a dpnmt export trained with DP on its own "
+                f"(private) data but with no finite guarantee on them ({why}): "
+                f"declared disjoint ({DISJOINT_FIELD}=True), the total is the larger of its ε "
+                "and this run's (parallel composition), ∞. Start from another model, or train "
+                "and export that stage again with a finite ε."
+            )
+            return parallel, problem
+        return parallel, None
     if declared:
         return claim(False, epsilon, delta, DISJOINT_NOTE), None
     if not run.dp.enabled:

@@ -53,6 +53,10 @@ class PretrainedClaim:
       record: the export's own privacy record (its results.json "privacy"), or None.
       adjacency: the neighbouring datasets the export's ε is stated for (its
         record's "adjacency"), or None when its record gives none.
+      parallel: declared disjoint from this run's data and the export's record
+        is private (a DP run: its data were someone's): parallel composition,
+        the run's total (ε, δ) is the maximum of the export's and this run's
+        (`parallel_total`). False in records from before it existed.
     """
 
     dpnmt_export: bool
@@ -63,6 +67,7 @@ class PretrainedClaim:
     note: str
     record: dict[str, Any] | None = None
     adjacency: str | None = None
+    parallel: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Its JSON object (results.json's "privacy"/"pretrained", pretrained.json)."""
@@ -292,6 +297,16 @@ def _units_note(record: Mapping[str, Any] | None, example: str | None) -> str:
     )
 
 
+def _parallel_units_note(record: Mapping[str, Any] | None, example: str | None) -> str:
+    """Who a parallel total protects: one example of the one stage a person is in."""
+    theirs = (record or {}).get("example") or f"{_ONE_PAIR} (its record names no other unit)"
+    return (
+        f". Units: the export's ε is per {theirs}; this run's per {example or _ONE_PAIR}. It "
+        "holds for a person with data in only one stage's training set, at most one example "
+        "there (more: group privacy)"
+    )
+
+
 def vocabulary_epsilon(vocabulary) -> float:
     """The vocabulary's ε (0 when it spent none; the larger of its two bounds when DP)."""
     epsilon = vocabulary.epsilon or 0.0
@@ -317,8 +332,38 @@ def total_epsilon_after(
     vocabulary,
     pretrained: PretrainedClaim | None = None,
 ) -> float:
-    """The run's total ε after `steps_done` lots: DP-SGD's then plus `epsilon_before_training`."""
-    return plan.epsilon_after(steps_done) + epsilon_before_training(vocabulary, pretrained)
+    """The run's total ε after `steps_done` lots: DP-SGD's then plus `epsilon_before_training`.
+
+    With a pretrained export under parallel composition (`PretrainedClaim.parallel`),
+    the larger of that and the export's own total.
+    """
+    epsilon = plan.epsilon_after(steps_done) + epsilon_before_training(vocabulary, pretrained)
+    if pretrained is not None and pretrained.parallel:
+        return parallel_total(pretrained, epsilon, 0.0)[0]
+    return epsilon
+
+
+def parallel_total(
+    pretrained: PretrainedClaim, epsilon: float, delta: float
+) -> tuple[float, float]:
+    """(ε, δ) of this run's total (`epsilon`, `delta`) and a disjoint export's: each the max.
+
+    Parallel composition over disjoint data: a person's data are in one
+    stage's training set only, so they get that stage's (ε, δ); the other
+    stage is post-processing for them (stage 2 only reads stage 1's output).
+    An export without a finite ε gives ∞.
+    """
+    theirs = math.inf if pretrained.epsilon is None else float(pretrained.epsilon)
+    their_delta = 0.0 if pretrained.delta is None else float(pretrained.delta)
+    return max(epsilon, theirs), max(delta, their_delta)
+
+
+PARALLEL_COMPOSITION = (
+    "parallel composition over disjoint data (declared: model.pretrained_data_disjoint=True): "
+    "max of the pretrained export's own total (ε = {:.6g}, δ = {:.3g}) and this run's "
+    "(basic composition of DP-SGD and the vocabulary: ε = {:.6g}, δ = {:.3g}); each person's "
+    "data are in one stage's training set only"
+)
 
 
 def privacy_report(
@@ -368,7 +413,10 @@ def privacy_report(
         total_epsilon = math.inf
         composition = "vocabulary learnt from private data without DP: no guarantee"
     else:
-        total_epsilon = total_epsilon_after(plan, plan.num_steps, vocabulary, pretrained)
+        # This run's own total; a parallel export's max is taken below.
+        total_epsilon = plan.epsilon_after(plan.num_steps) + epsilon_before_training(
+            vocabulary, pretrained
+        )
         optional["total_delta"] = plan.delta + (vocabulary.delta or 0.0)
         composition = "basic composition (ε and δ add) of DP-SGD and the vocabulary"
         if pretrained is not None and pretrained.composed:
@@ -386,6 +434,12 @@ def privacy_report(
                 if joint_total < total_epsilon:
                     total_epsilon, composition = joint_total, _JOINT_NOTE.format(joint.accountant)
             composition += _units_note(pretrained.record, example)
+        elif pretrained is not None and pretrained.parallel:
+            ours = total_epsilon, optional["total_delta"]
+            total_epsilon, optional["total_delta"] = parallel_total(pretrained, *ours)
+            theirs = math.inf if pretrained.epsilon is None else pretrained.epsilon
+            composition = PARALLEL_COMPOSITION.format(theirs, pretrained.delta or 0.0, *ours)
+            composition += _parallel_units_note(pretrained.record, example)
     if example is not None:
         optional["example"] = example
     return PrivacyReport(

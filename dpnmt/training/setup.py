@@ -147,10 +147,18 @@ def _log_plan(
         plan.epsilon_after(plan.num_steps),
         plan.delta,
         vocabulary.kind,
-        " and the pretrained export" if pretrained is not None and pretrained.composed else "",
+        _pretrained_words(pretrained),
         planned.total_epsilon,
         planned.total_delta if planned.total_delta is not None else math.nan,
     )
+
+
+def _pretrained_words(pretrained) -> str:
+    if pretrained is not None and pretrained.composed:
+        return " and the pretrained export"
+    if pretrained is not None and pretrained.parallel:
+        return ", the larger with the disjoint pretrained export's (parallel),"
+    return ""
 
 
 def build_run(

@@ -210,16 +210,21 @@ def test_group_unit_refuses_a_pretrained_export_whose_per_pair_epsilon_composes(
     config.dp.unit, config.dp.group_cap = "group", 4
     run = RunConfig.parse(config)
 
-    def claim(epsilon, composed=True):
-        return PretrainedClaim(True, composed, False, epsilon, 1e-8, "an export")
+    def claim(epsilon, composed=True, parallel=False):
+        return PretrainedClaim(
+            True, composed, parallel, epsilon, 1e-8, "an export", parallel=parallel
+        )
 
-    for epsilon, composed, refused in (
-        (3.0, True, True),
-        (3.0, False, False),  # Declared disjoint: not composed.
-        (float("inf"), True, False),  # Composes to ε = ∞: reported as no guarantee.
+    for epsilon, composed, parallel, refused in (
+        (3.0, True, False, True),
+        (3.0, False, False, False),  # Declared disjoint, a public export: not composed.
+        (3.0, False, True, True),  # Declared disjoint, a DP export: its per-pair ε, the max.
+        (float("inf"), True, False, False),  # Composes to ε = ∞: reported as no guarantee.
     ):
         monkeypatch.setattr(
-            pretrained_privacy, "pretrained_claim", lambda run, e=epsilon, c=composed: claim(e, c)
+            pretrained_privacy,
+            "pretrained_claim",
+            lambda run, e=epsilon, c=composed, p=parallel: claim(e, c, p),
         )
         problems = preflight._group_pretrained_problems(run)  # noqa: SLF001
         assert bool(problems) == refused
