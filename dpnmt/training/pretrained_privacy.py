@@ -7,7 +7,7 @@ with this run's (basic composition), unless the user declares the two
 datasets disjoint (`model.pretrained_data_disjoint=True`), and the report
 says which. Declared disjoint, an export trained with DP (its record private)
 composes in parallel: the total (ε, δ) is the larger of its own and this
-run's (`parallel_by_export`, `privacy_report.parallel_total`; ∞ without a
+run's (`parallel_by_export`, `composition_rules.parallel_total`; ∞ without a
 finite ε: a private run refuses it). Declared disjoint, an export trained
 without DP (a public stage) is not composed: its data are outside the report.
 An export without a finite guarantee (a non-private run, a
@@ -184,7 +184,7 @@ def claimed_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
 def parallel_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
     """(ε, δ) a private export gives the people in its own training data; (inf, None): none.
 
-    What parallel composition takes the max of (`privacy_report.parallel_total`):
+    What parallel composition takes the max of (`composition_rules.parallel_total`):
     the record's own total, and, when that export itself started from an
     earlier private export declared disjoint without taking the max (a record
     from before parallel composition), that one's too. An earlier export
