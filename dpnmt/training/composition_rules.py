@@ -112,3 +112,17 @@ PARALLEL_COMPOSITION = (
     "(basic composition of DP-SGD and the vocabulary: ε = {:.6g}, δ = {:.3g}); each person's "
     "data are in one stage's training set only"
 )
+
+
+def unguarded_export_note(record: Mapping[str, Any] | None) -> str:
+    """The composition's note for an export declared disjoint whose record is not private.
+
+    Its ε is not composed (not parallel either): the people in its training
+    data get no guarantee from this run's report, which the user accepted by
+    declaring them public or disjoint.
+    """
+    how = "was trained without DP" if record is not None else "records no privacy guarantee"
+    return (
+        f"; the starting export {how}: its training data have no guarantee here (declared "
+        "public/disjoint by model.pretrained_data_disjoint)"
+    )

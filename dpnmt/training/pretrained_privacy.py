@@ -31,7 +31,14 @@ SETTINGS_FILE = "dpnmt.json"  # Written by dpnmt.release.export_run.
 PRIVACY_KEY = "privacy"  # Its key holding the exported run's privacy report.
 DISJOINT_FIELD = "model.pretrained_data_disjoint"
 _DECLARED = f"pretrained on data declared disjoint from this run's ({DISJOINT_FIELD}=True)"
-DISJOINT_NOTE = f"{_DECLARED}: its ε is not composed; its own record is kept here"
+DISJOINT_NOTE = (
+    f"{_DECLARED}, and trained without DP (its record is not private): its training data "
+    "have no guarantee here; its ε is not composed; its own record is kept here"
+)
+NO_RECORD_NOTE = (
+    f"{_DECLARED}: it records no privacy guarantee, so its training data have none here; "
+    "its ε is not composed"
+)
 PARALLEL_NOTE = (
     f"{_DECLARED}, and trained with DP on its own (private) data: parallel composition, the "
     "total is the larger of its (ε, δ) and this run's; its own record is kept here"
@@ -272,7 +279,8 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
             return parallel, problem
         return parallel, None
     if declared:
-        return claim(False, epsilon, delta, DISJOINT_NOTE), None
+        note = NO_RECORD_NOTE if record is None else DISJOINT_NOTE
+        return claim(False, epsilon, delta, note), None
     if not run.dp.enabled:
         note = "non-private run (ε = ∞): the export's ε is not composed"
         return claim(False, epsilon, delta, note), None

@@ -21,6 +21,7 @@ from dpnmt.training.composition_rules import (  # noqa: F401 - adjacency, parall
     mixed_adjacency_note,
     parallel_total,
     parallel_units_note,
+    unguarded_export_note,
     units_note,
 )
 from dpnmt.training.group_claims import (  # noqa: F401 - ASSUMED_PUBLIC re-exported
@@ -352,6 +353,13 @@ def privacy_report(
             theirs = math.inf if pretrained.epsilon is None else pretrained.epsilon
             composition = PARALLEL_COMPOSITION.format(theirs, pretrained.delta or 0.0, *ours)
             composition += parallel_units_note(pretrained.record, example)
+        elif (
+            pretrained is not None
+            and pretrained.dpnmt_export
+            and pretrained.declared_disjoint
+            and (pretrained.record or {}).get("private") is not True
+        ):
+            composition += unguarded_export_note(pretrained.record)
     if example is not None:
         optional["example"] = example
     return PrivacyReport(

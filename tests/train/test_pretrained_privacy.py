@@ -160,6 +160,19 @@ def test_data_declared_disjoint_are_not_composed_and_the_report_says_so(model_fo
     claim = report.to_json()["pretrained"]
     assert claim["declared_disjoint"] and not claim["composed"]
     assert "declared disjoint" in claim["note"] and claim["record"] == record
+    # Its data's lack of a guarantee is said where the total is read, not only "not composed".
+    assert "trained without DP" in claim["note"] and "no guarantee here" in claim["note"]
+    assert report.composition == (
+        "basic composition (ε and δ add) of DP-SGD and the vocabulary; the starting export was "
+        "trained without DP: its training data have no guarantee here (declared public/disjoint "
+        "by model.pretrained_data_disjoint)"
+    )
+    from dpnmt import model_card  # noqa: PLC0415
+
+    card = "\n".join(model_card._privacy_section(json.loads(json.dumps(report.to_json()))))
+    assert "**A starting model without a guarantee.** The pretrained export was trained " in card
+    assert "with a disjoint DP-trained one, the larger of the two" in card
+    assert "Two private stages" not in card
 
 
 def test_a_model_that_is_not_a_dpnmt_export_carries_no_record(model_folder, tmp_path):
