@@ -11,8 +11,11 @@ import math
 import pytest
 
 from dpnmt.config import RunConfig
+from dpnmt.data import tokenizers
+from dpnmt.sweeps import epsilon_check
 from dpnmt.training import setup
-from dpnmt.training.privacy_report import PrivacyReport, privacy_report
+from dpnmt.training.privacy_report import PretrainedClaim, PrivacyReport, privacy_report
+from dpnmt.training.run_dir import write_json
 from tests.train import test_pretrained_privacy as exports
 from tests.train.test_pretrained_privacy import (
     EXPORT_DELTA,
@@ -103,3 +106,46 @@ def test_parallel_composition_takes_an_earlier_private_stage_left_out_of_the_tot
     # A later run whose data may overlap: a parallel record's total already holds stage 0.
     assert pretrained_privacy.claimed_by_export(new) == (EXPORT_EPSILON, EXPORT_DELTA)
     assert pretrained_privacy.claimed_by_export(old) == (EXPORT_EPSILON + 50.0, EXPORT_DELTA + 0.1)
+
+
+def test_the_max_is_against_this_run_s_total_and_the_runs_report_checks_it(model_folder, tmp_path):
+    """An export's ε between this run's DP-SGD ε and its total (DP-SGD + a DP vocabulary's ε):
+    the max is taken against the total. The runs report recomputes it and rejects a total
+    that took the max against DP-SGD alone, a claim below the record it embeds (ε 40 next to
+    a record whose total is 50), a δ that is not the max, and a record whose own ε is wrong."""
+    config = _config(tmp_path, str(model_folder))
+    plan = setup.build_run(RunConfig.of(config), str(tmp_path / "run")).privacy.plan
+    ours = plan.epsilon_after(plan.num_steps)
+    vocabulary = tokenizers.VocabularyRecord("dp_sentencepiece", True, 4.0, 1e-10, "DP vocabulary")
+    theirs = ours + 2.0  # Above this run's DP-SGD ε, below its total ours + 4.
+    record = {**_record(epsilon=theirs), "total_delta": 1e-12}
+    claim = PretrainedClaim(True, False, True, theirs, 1e-12, "note", record, None, parallel=True)
+    report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
+    assert report.total_epsilon == ours + 4.0 and report.total_delta == plan.delta + 1e-10
+    write_json(str(tmp_path / "p.json"), report.to_json())
+    stored = json.loads((tmp_path / "p.json").read_text())
+    assert epsilon_check.check_run(stored).agrees
+
+    def check(total=None, epsilon=None, record=None, **changes):
+        pretrained = dict(stored["pretrained"])
+        if record is not None:  # The claim as the export's record gives it, unless `epsilon`.
+            pretrained.update(record=record, epsilon=record["total_epsilon"])
+            pretrained["delta"] = record["total_delta"]
+        pretrained["epsilon"] = epsilon or pretrained["epsilon"]
+        changed = {**stored, **changes, "pretrained": pretrained}
+        changed["total_epsilon"] = total or changed["total_epsilon"]
+        return epsilon_check.check_run(changed)
+
+    assert not check(total=theirs).agrees  # max(DP-SGD ε, export's): the vocabulary left out.
+    assert not check(total=ours + 4.0 + 1.0).agrees
+    fifty = {**_record(epsilon=50.0), "total_delta": 1e-12}
+    understated = check(total=40.0, epsilon=40.0, record=fifty)
+    assert not understated.agrees and "below its own record's total" in understated.note
+    assert check(total=50.0, record=fifty).agrees
+    assert not check(total_delta=plan.delta).agrees  # The export's δ or ours, not the max.
+    # A record holding σ, q, T and δ (this run's own, as an export's): its ε is recomputed.
+    inner = {key: value for key, value in stored.items() if key != "pretrained"}
+    assert check(record=inner).agrees
+    halved = {**inner, "dp_sgd_epsilon": ours / 2, "total_epsilon": ours / 2 + 4.0}
+    wrong = check(record=halved)
+    assert not wrong.agrees and "the export's record: DISAGREES" in wrong.note
