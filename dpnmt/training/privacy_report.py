@@ -66,7 +66,8 @@ class PretrainedClaim:
       parallel: declared disjoint from this run's data and the export's record
         is private (a DP run: its data were someone's): parallel composition,
         the run's total (ε, δ) is the maximum of the export's and this run's
-        (`parallel_total`). False in records from before it existed.
+        (`parallel_total`). A claim recorded before it existed (no "parallel"
+        key) is read as parallel when declared disjoint with a private record.
     """
 
     dpnmt_export: bool
@@ -90,6 +91,14 @@ class PretrainedClaim:
         for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
             if isinstance(values.get(key), str):
                 values[key] = float(values[key])
+        if "parallel" not in values and _left_out_private(values):
+            # Recorded before parallel composition (its ε dropped): a resumed run, decode
+            # or export now takes the max. Its ε, the record's total plus any left-out earlier
+            # stage's, is at least what `pretrained_privacy.parallel_by_export` would give.
+            values["parallel"] = True
+            values["note"] = (
+                f"{values.get('note')} (read as parallel composition: recorded before it)"
+            )
         return cls(**values)
 
     @property
@@ -101,6 +110,18 @@ class PretrainedClaim:
     def composed_delta(self) -> float:
         """δ it adds to this run's total (0 when not composed)."""
         return float(self.delta) if self.composed and self.delta is not None else 0.0
+
+
+def _left_out_private(claim: Mapping[str, Any]) -> bool:
+    """A dpnmt export declared disjoint, not composed, whose own record is private."""
+    record = claim.get("record")
+    return bool(
+        claim.get("dpnmt_export")
+        and claim.get("declared_disjoint")
+        and not claim.get("composed")
+        and isinstance(record, Mapping)
+        and record.get("private") is True
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,12 @@ from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.sweeps import epsilon_check
 from dpnmt.training import setup
-from dpnmt.training.privacy_report import PretrainedClaim, PrivacyReport, privacy_report
+from dpnmt.training.privacy_report import (
+    PretrainedClaim,
+    PrivacyReport,
+    parallel_total,
+    privacy_report,
+)
 from dpnmt.training.run_dir import write_json
 from tests.train import test_pretrained_privacy as exports
 from tests.train.test_pretrained_privacy import (
@@ -149,3 +154,36 @@ def test_the_max_is_against_this_run_s_total_and_the_runs_report_checks_it(model
     halved = {**inner, "dp_sgd_epsilon": ours / 2, "total_epsilon": ours / 2 + 4.0}
     wrong = check(record=halved)
     assert not wrong.agrees and "the export's record: DISAGREES" in wrong.note
+
+
+def test_a_claim_recorded_before_parallel_composition_is_read_as_parallel(tmp_path):
+    """pretrained.json from before the "parallel" key: a DP export declared disjoint was
+    read back with parallel=False, so resuming, decoding or exporting dropped its ε."""
+    from dpnmt.training.run_dir import RunDir  # noqa: PLC0415
+
+    pretrained_privacy = _pretrained_privacy()
+    old_note = "pretrained on data declared disjoint from this run's: its ε is not composed"
+    old = {
+        "dpnmt_export": True,
+        "composed": False,
+        "declared_disjoint": True,
+        "epsilon": 50.0,
+        "delta": 1e-6,
+        "note": old_note,
+        "record": _record(epsilon=50.0),
+        "adjacency": None,
+    }
+    config = _config(tmp_path, "/models/earlier-dp-export")
+    config.model.pretrained_data_disjoint = True
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    RunDir(str(workdir)).write_pretrained(old)
+    claim = pretrained_privacy.recorded_claim(RunConfig.of(config), str(workdir))
+    assert claim.parallel and not claim.composed and claim.epsilon == 50.0
+    assert claim.note.startswith(old_note) and "parallel composition" in claim.note
+    assert parallel_total(claim, 8.0, 1e-8) == (50.0, 1e-6)  # The max, no longer 8.
+    # A public export, or one composed, stays as recorded; a new claim keeps its key.
+    public = {**old, "record": _record(private=False)}
+    assert not PretrainedClaim.from_json(public).parallel
+    assert not PretrainedClaim.from_json({**old, "parallel": False}).parallel
+    assert not PretrainedClaim.from_json({**old, "composed": True}).parallel
