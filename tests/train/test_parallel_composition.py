@@ -187,3 +187,20 @@ def test_a_claim_recorded_before_parallel_composition_is_read_as_parallel(tmp_pa
     assert not PretrainedClaim.from_json(public).parallel
     assert not PretrainedClaim.from_json({**old, "parallel": False}).parallel
     assert not PretrainedClaim.from_json({**old, "composed": True}).parallel
+
+
+def test_the_progress_line_and_the_runs_table_name_the_parallel_rule(caplog):
+    """Both said a total only adds a composed export's ε; a parallel total is a max."""
+    import logging  # noqa: PLC0415
+    import types  # noqa: PLC0415
+
+    from dpnmt.sweeps import runs_table  # noqa: PLC0415
+    from dpnmt.training import metrics  # noqa: PLC0415
+
+    plan = types.SimpleNamespace(epsilon_after=lambda step: 2.0, num_steps=10)
+    writer = types.SimpleNamespace(write=lambda step, scalars: None)
+    with caplog.at_level(logging.INFO):
+        metrics.log_progress(writer, plan, 5, None, None, total_epsilon=50.0)
+    assert "declared disjoint: the larger of its total and this run's" in caplog.text
+    notes = runs_table.to_markdown([], [])
+    assert "declared disjoint: the larger of its total and the run's" in notes
