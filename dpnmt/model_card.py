@@ -22,7 +22,7 @@ from dpnmt.public_names import public_corpus, public_name
 _PRIVACY_KEYS = {
     "private": "DP-SGD applied",
     "total_epsilon": "total ε (DP-SGD + vocabulary + a composed pretrained export; "
-    "with a disjoint one, the larger of the two)",
+    "with a disjoint DP-trained one, the larger of the two)",
     "total_delta": "total δ",
     "dp_sgd_epsilon": "DP-SGD ε",
     "dp_sgd_delta": "DP-SGD δ",
@@ -174,7 +174,25 @@ def _privacy_section(privacy: Mapping[str, Any]) -> list[str]:
             "(model.pretrained_data_disjoint=True, the user's declaration): each person's data "
             "are in one stage's training set only.",
         ]
+    elif pretrained.get("dpnmt_export") and pretrained.get("declared_disjoint"):
+        lines += ["", _UNGUARDED_EXPORT.format(_trained(pretrained.get("record")))]
     return lines
+
+
+_UNGUARDED_EXPORT = (
+    "**A starting model without a guarantee.** The pretrained export {}: its training data have "
+    "no privacy guarantee here. They were declared public or disjoint from this run's "
+    "(model.pretrained_data_disjoint=True, the user's declaration); the total ε covers this "
+    "run's training data only."
+)
+
+
+def _trained(record: Any) -> str:
+    if not isinstance(record, Mapping):
+        return "records no privacy guarantee"
+    if record.get("private") is True:  # A record from before parallel composition.
+        return "was trained with DP, but this report (older than parallel composition) omits it"
+    return "was trained without DP (its own record is not private)"
 
 
 def _scores_section(results: Mapping[str, Any] | None) -> list[str]:

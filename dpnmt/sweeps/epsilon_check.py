@@ -134,15 +134,55 @@ def check_run(privacy: dict) -> EpsilonCheck:
     joint = _joint_total(privacy)
     if joint is not None:  # Two private stages in one accountant (`training.stage_composition`).
         total_recomputed = joint
+    problem = None
     if pretrained.get("parallel"):  # Declared disjoint data: the larger of the two totals.
-        total_recomputed = max(total_recomputed, _float(pretrained.get("epsilon")))
-    agrees = abs(reported - recomputed) <= tolerance and (
-        total == total_recomputed or abs(total - total_recomputed) <= tolerance
+        theirs, their_delta, problem = _parallel_export(pretrained)
+        total_recomputed = max(total_recomputed, theirs)
+        ours_delta = float(privacy["dp_sgd_delta"]) + float(vocabulary.get("delta") or 0.0)
+        delta = max(ours_delta, their_delta)
+        reported_delta = _float(privacy.get("total_delta"))
+        if problem is None and math.isfinite(total_recomputed) and reported_delta != delta:
+            problem = f"total δ {privacy.get('total_delta')} is not the max of the two, {delta:.3g}"
+    agrees = (
+        problem is None
+        and abs(reported - recomputed) <= tolerance
+        and (total == total_recomputed or abs(total - total_recomputed) <= tolerance)
     )
     note = (
         f"recomputed with dp_accounting: ε {recomputed:.3f} (reported {reported:.3f}), "
         f"total {total_recomputed:.3f} (reported {total:.3f})"
     )
     if not agrees:
-        note = "DISAGREES: " + note
+        note = "DISAGREES: " + note + (f"; {problem}" if problem else "")
     return EpsilonCheck(reported, recomputed, agrees, total, total_recomputed, note)
+
+
+def _parallel_export(pretrained: dict) -> tuple[float, float, str | None]:
+    """(ε, δ) a parallel claim's export gives its own people, and why it is wrong, or None.
+
+    The claim's (ε, δ) as written is checked against the export's record it
+    embeds (the same results.json): not below that record's total, and the
+    record's own ε recomputed (`check_run`) when it holds σ, q, T and δ. The
+    larger of each is returned, so a claim understating its record cannot lower the max.
+    """
+    epsilon, delta = _float(pretrained.get("epsilon")), float(pretrained.get("delta") or 0.0)
+    record = pretrained.get("record")
+    if not isinstance(record, dict) or record.get("private") is not True:
+        return math.inf, delta, "a parallel claim without its export's private record"
+    their_total = _float(record.get("total_epsilon"))
+    their_delta = _float(record.get("total_delta"))
+    problem = None
+    if epsilon < their_total or (math.isfinite(epsilon) and delta < their_delta):
+        problem = (
+            f"the export's claim (ε {epsilon:.6g}, δ {delta:.3g}) is below its own record's "
+            f"total (ε {their_total:.6g}, δ {their_delta:.3g})"
+        )
+    try:
+        inner = check_run(record)
+    except (KeyError, ValueError, TypeError):  # A record without σ, q, T: its total as written.
+        inner = None
+    if inner is not None:
+        if not inner.agrees and problem is None:
+            problem = f"the export's record: {inner.note}"
+        their_total = max(their_total, _float(inner.total_recomputed))
+    return max(epsilon, their_total), max(delta, their_delta), problem

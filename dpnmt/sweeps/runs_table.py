@@ -160,7 +160,8 @@ def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
         "Test split scores (BLEU, chrF: sacreBLEU, detokenised; BERTScore F1, '–' when "
         "not scored). ε DP-SGD: each run's guarantee at its δ and planned steps (Poisson: "
         "amplified by sampling; shuffle: composition over epochs, no amplification); ε total "
-        "adds the vocabulary's and a composed pretrained model's ε. ε recomputed: the same "
+        "adds the vocabulary's and a composed pretrained model's ε (a DP-trained model on "
+        "data declared disjoint: the larger of its total and the run's). ε recomputed: the same "
         "DP-SGD ε recomputed with dp_accounting from σ, q = L/N, steps, δ and the sampling "
         "in the run's results.json (a run that disagrees is refused). epochs = steps · L / N; "
         "s / epoch: the run's last session.",

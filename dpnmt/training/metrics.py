@@ -54,7 +54,7 @@ def log_progress(
     tokens/s is not shown. The training loss is shown for non-private runs only.
     ε spent is DP-SGD's after `step` lots and, when given, the run's total then
     (`privacy_report.total_epsilon_after`: with the vocabulary and a composed
-    pretrained export).
+    pretrained export, or the max with a DP export declared disjoint).
     """
     epsilon = plan.epsilon_after(step)
     loss_text = "" if train_loss is None else f"  train loss {train_loss:.4f}"
@@ -67,7 +67,8 @@ def log_progress(
         scalars["privacy/total_epsilon_spent"] = total_epsilon
         epsilon_text = (
             f"ε spent: DP-SGD {epsilon:.4g}, total {total_epsilon:.4g} (with the vocabulary "
-            "and any composed pretrained export)"
+            "and any composed pretrained export; a DP export on data declared disjoint: the "
+            "larger of its total and this run's)"
         )
     if lots_per_second is not None:
         eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)

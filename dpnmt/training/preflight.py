@@ -192,6 +192,15 @@ def _group_pretrained_problems(run: RunConfig) -> list[str]:
         return []
     if claim.epsilon == float("inf"):  # Composes to ε = ∞: reported as no guarantee.
         return []
+    if claim.parallel:
+        return [
+            f"dp.unit='group' starting from model.name_or_path={run.model.name_or_path!r}, a "
+            "dpnmt export trained with DP on data declared disjoint "
+            "(model.pretrained_data_disjoint=True): the total is the larger of its own "
+            f"ε={claim.epsilon:.3g} and this run's, but its ε is per example of its own "
+            "training data, not per group, so that total per group would be wrong. Start from "
+            "a model trained without DP on public data, or use dp.unit='example'."
+        ]
     return [
         f"dp.unit='group' starting from model.name_or_path={run.model.name_or_path!r}, a "
         f"dpnmt export whose own ε={claim.epsilon:.3g} composes into this run's total: that "

@@ -7,7 +7,7 @@ with this run's (basic composition), unless the user declares the two
 datasets disjoint (`model.pretrained_data_disjoint=True`), and the report
 says which. Declared disjoint, an export trained with DP (its record private)
 composes in parallel: the total (ε, δ) is the larger of its own and this
-run's (`parallel_by_export`, `privacy_report.parallel_total`; ∞ without a
+run's (`parallel_by_export`, `composition_rules.parallel_total`; ∞ without a
 finite ε: a private run refuses it). Declared disjoint, an export trained
 without DP (a public stage) is not composed: its data are outside the report.
 An export without a finite guarantee (a non-private run, a
@@ -31,7 +31,14 @@ SETTINGS_FILE = "dpnmt.json"  # Written by dpnmt.release.export_run.
 PRIVACY_KEY = "privacy"  # Its key holding the exported run's privacy report.
 DISJOINT_FIELD = "model.pretrained_data_disjoint"
 _DECLARED = f"pretrained on data declared disjoint from this run's ({DISJOINT_FIELD}=True)"
-DISJOINT_NOTE = f"{_DECLARED}: its ε is not composed; its own record is kept here"
+DISJOINT_NOTE = (
+    f"{_DECLARED}, and trained without DP (its record is not private): its training data "
+    "have no guarantee here; its ε is not composed; its own record is kept here"
+)
+NO_RECORD_NOTE = (
+    f"{_DECLARED}: it records no privacy guarantee, so its training data have none here; "
+    "its ε is not composed"
+)
 PARALLEL_NOTE = (
     f"{_DECLARED}, and trained with DP on its own (private) data: parallel composition, the "
     "total is the larger of its (ε, δ) and this run's; its own record is kept here"
@@ -184,7 +191,7 @@ def claimed_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
 def parallel_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
     """(ε, δ) a private export gives the people in its own training data; (inf, None): none.
 
-    What parallel composition takes the max of (`privacy_report.parallel_total`):
+    What parallel composition takes the max of (`composition_rules.parallel_total`):
     the record's own total, and, when that export itself started from an
     earlier private export declared disjoint without taking the max (a record
     from before parallel composition), that one's too. An earlier export
@@ -272,7 +279,8 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
             return parallel, problem
         return parallel, None
     if declared:
-        return claim(False, epsilon, delta, DISJOINT_NOTE), None
+        note = NO_RECORD_NOTE if record is None else DISJOINT_NOTE
+        return claim(False, epsilon, delta, note), None
     if not run.dp.enabled:
         note = "non-private run (ε = ∞): the export's ε is not composed"
         return claim(False, epsilon, delta, note), None

@@ -14,6 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpnmt import config_lib, privacy
+from dpnmt.training.composition_rules import (  # noqa: F401 - adjacency, parallel_total re-exported
+    JOINT_NOTE,
+    PARALLEL_COMPOSITION,
+    adjacency,
+    mixed_adjacency_note,
+    parallel_total,
+    parallel_units_note,
+    unguarded_export_note,
+    units_note,
+)
 from dpnmt.training.group_claims import (  # noqa: F401 - ASSUMED_PUBLIC re-exported
     ASSUMED_PUBLIC,
     GroupClaim,
@@ -56,7 +66,8 @@ class PretrainedClaim:
       parallel: declared disjoint from this run's data and the export's record
         is private (a DP run: its data were someone's): parallel composition,
         the run's total (ε, δ) is the maximum of the export's and this run's
-        (`parallel_total`). False in records from before it existed.
+        (`parallel_total`). A claim recorded before it existed (no "parallel"
+        key) is read as parallel when declared disjoint with a private record.
     """
 
     dpnmt_export: bool
@@ -80,6 +91,14 @@ class PretrainedClaim:
         for key in ("epsilon", "delta"):  # write_json stores inf as "inf".
             if isinstance(values.get(key), str):
                 values[key] = float(values[key])
+        if "parallel" not in values and _left_out_private(values):
+            # Recorded before parallel composition (its ε dropped): a resumed run, decode
+            # or export now takes the max. Its ε, the record's total plus any left-out earlier
+            # stage's, is at least what `pretrained_privacy.parallel_by_export` would give.
+            values["parallel"] = True
+            values["note"] = (
+                f"{values.get('note')} (read as parallel composition: recorded before it)"
+            )
         return cls(**values)
 
     @property
@@ -91,6 +110,18 @@ class PretrainedClaim:
     def composed_delta(self) -> float:
         """δ it adds to this run's total (0 when not composed)."""
         return float(self.delta) if self.composed and self.delta is not None else 0.0
+
+
+def _left_out_private(claim: Mapping[str, Any]) -> bool:
+    """A dpnmt export declared disjoint, not composed, whose own record is private."""
+    record = claim.get("record")
+    return bool(
+        claim.get("dpnmt_export")
+        and claim.get("declared_disjoint")
+        and not claim.get("composed")
+        and isinstance(record, Mapping)
+        and record.get("private") is True
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,80 +264,6 @@ class PrivacyReport:
         return cls(**values)
 
 
-_WHOLE_GROUP = "add/remove one whole group"  # How a group-unit adjacency begins.
-
-
-def adjacency(plan: privacy.PrivacyPlan) -> str:
-    """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
-    if not plan.private:
-        return "none (no guarantee)"
-    if plan.sampling == privacy.POISSON and plan.unit == privacy.GROUP:
-        return (
-            f"{_WHOLE_GROUP} of training examples (Poisson-sampled Gaussian over "
-            "groups; a sampled group adds at most group_cap of its examples)"
-        )
-    if plan.sampling == privacy.POISSON:
-        return "add/remove one training example (Poisson-sampled Gaussian)"
-    return (
-        "replace one training example by a null example that contributes zero (the "
-        "dataset size N is unchanged; each epoch is one Gaussian mechanism on it)"
-    )
-
-
-def mixed_adjacency_note(export: str | None, run: str) -> str:
-    """The composition's note when the export's ε is for other neighbouring datasets than the run's.
-
-    Each ε holds for its own relation; their sum holds for one example changed
-    in both datasets, each time under that ε's relation (README "Which ε is
-    reported"), and for neither relation alone. Under a group relation (an
-    export trained with dp.unit="group") "changed" means its whole group
-    removed: one example's own removal is only part of that neighbour.
-    """
-    note = (
-        "; the two ε are for different neighbouring datasets: the export's for "
-        f"{export or 'a relation its record does not state'}, this run's for {run}. The total "
-        "bounds one example changed in both, each under its own relation (e.g. removed from "
-        "one dataset and replaced by a null example in the other), not either relation alone"
-    )
-    for who, relation in (("the export's", export), ("this run's", run)):
-        if relation is not None and relation.startswith(_WHOLE_GROUP):
-            note += (
-                f"; under {who} group relation it holds only if the example's whole group "
-                f"(user or document) is removed from {who} training data, not the example alone"
-            )
-    return note
-
-
-_JOINT_NOTE = (
-    "the pretrained export's DP-SGD and this run's composed as one dp_accounting event "
-    "({} accountant; joint_dp_sgd: ε at the sum of their DP-SGD δ), plus, by basic composition, "
-    "the ε and δ of both vocabularies: below the sum of the two totals (the export's data "
-    "may overlap this run's)"
-)
-_ONE_PAIR = "one sentence pair"
-
-
-def _units_note(record: Mapping[str, Any] | None, example: str | None) -> str:
-    """Who the composed total protects: one example of each stage (their units may differ)."""
-    theirs = (record or {}).get("example") or f"{_ONE_PAIR} (its record names no other unit)"
-    ours = example or _ONE_PAIR
-    return (
-        f". Units: the export's ε is per {theirs}; this run's per {ours}. The total bounds one "
-        "person with at most one example in each stage's data (e.g. one text in pre-training "
-        "and one pair here); a person with more is covered only by group privacy"
-    )
-
-
-def _parallel_units_note(record: Mapping[str, Any] | None, example: str | None) -> str:
-    """Who a parallel total protects: one example of the one stage a person is in."""
-    theirs = (record or {}).get("example") or f"{_ONE_PAIR} (its record names no other unit)"
-    return (
-        f". Units: the export's ε is per {theirs}; this run's per {example or _ONE_PAIR}. It "
-        "holds for a person with data in only one stage's training set, at most one example "
-        "there (more: group privacy)"
-    )
-
-
 def vocabulary_epsilon(vocabulary) -> float:
     """The vocabulary's ε (0 when it spent none; the larger of its two bounds when DP)."""
     epsilon = vocabulary.epsilon or 0.0
@@ -341,29 +298,6 @@ def total_epsilon_after(
     if pretrained is not None and pretrained.parallel:
         return parallel_total(pretrained, epsilon, 0.0)[0]
     return epsilon
-
-
-def parallel_total(
-    pretrained: PretrainedClaim, epsilon: float, delta: float
-) -> tuple[float, float]:
-    """(ε, δ) of this run's total (`epsilon`, `delta`) and a disjoint export's: each the max.
-
-    Parallel composition over disjoint data: a person's data are in one
-    stage's training set only, so they get that stage's (ε, δ); the other
-    stage is post-processing for them (stage 2 only reads stage 1's output).
-    An export without a finite ε gives ∞.
-    """
-    theirs = math.inf if pretrained.epsilon is None else float(pretrained.epsilon)
-    their_delta = 0.0 if pretrained.delta is None else float(pretrained.delta)
-    return max(epsilon, theirs), max(delta, their_delta)
-
-
-PARALLEL_COMPOSITION = (
-    "parallel composition over disjoint data (declared: model.pretrained_data_disjoint=True): "
-    "max of the pretrained export's own total (ε = {:.6g}, δ = {:.3g}) and this run's "
-    "(basic composition of DP-SGD and the vocabulary: ε = {:.6g}, δ = {:.3g}); each person's "
-    "data are in one stage's training set only"
-)
 
 
 def privacy_report(
@@ -432,14 +366,21 @@ def privacy_report(
                 optional["joint_dp_sgd"] = joint
                 joint_total = joint.epsilon + joint.other_epsilon + vocabulary_epsilon(vocabulary)
                 if joint_total < total_epsilon:
-                    total_epsilon, composition = joint_total, _JOINT_NOTE.format(joint.accountant)
-            composition += _units_note(pretrained.record, example)
+                    total_epsilon, composition = joint_total, JOINT_NOTE.format(joint.accountant)
+            composition += units_note(pretrained.record, example)
         elif pretrained is not None and pretrained.parallel:
             ours = total_epsilon, optional["total_delta"]
             total_epsilon, optional["total_delta"] = parallel_total(pretrained, *ours)
             theirs = math.inf if pretrained.epsilon is None else pretrained.epsilon
             composition = PARALLEL_COMPOSITION.format(theirs, pretrained.delta or 0.0, *ours)
-            composition += _parallel_units_note(pretrained.record, example)
+            composition += parallel_units_note(pretrained.record, example)
+        elif (
+            pretrained is not None
+            and pretrained.dpnmt_export
+            and pretrained.declared_disjoint
+            and (pretrained.record or {}).get("private") is not True
+        ):
+            composition += unguarded_export_note(pretrained.record)
     if example is not None:
         optional["example"] = example
     return PrivacyReport(

@@ -98,7 +98,7 @@ def joint_dp_sgd(plan: privacy.PrivacyPlan, claim, adjacency: str) -> JointDpSgd
     Args:
       plan: this run's privacy plan (Poisson, example unit, secret seed).
       claim: the starting model's `PretrainedClaim` (composed, with its record).
-      adjacency: this run's neighbouring datasets (`privacy_report.adjacency`).
+      adjacency: this run's neighbouring datasets (`composition_rules.adjacency`).
     """
     if claim is None or not claim.composed or not isinstance(claim.record, dict):
         return None

@@ -228,8 +228,12 @@ def test_group_unit_refuses_a_pretrained_export_whose_per_pair_epsilon_composes(
         )
         problems = preflight._group_pretrained_problems(run)  # noqa: SLF001
         assert bool(problems) == refused
-        if refused:
-            assert "model.pretrained_data_disjoint=True" in problems[0]
+        if refused and parallel:  # Already declared: not told to set it.
+            assert "declared disjoint (model.pretrained_data_disjoint=True)" in problems[0]
+            assert "the larger of its own ε=3" in problems[0] and "not per group" in problems[0]
+            assert "Set model.pretrained_data_disjoint" not in problems[0]
+        elif refused:
+            assert "Set model.pretrained_data_disjoint=True" in problems[0]
             assert "share no group (user or document" in problems[0]
             assert "no example" not in problems[0]
 

@@ -160,6 +160,19 @@ def test_data_declared_disjoint_are_not_composed_and_the_report_says_so(model_fo
     claim = report.to_json()["pretrained"]
     assert claim["declared_disjoint"] and not claim["composed"]
     assert "declared disjoint" in claim["note"] and claim["record"] == record
+    # Its data's lack of a guarantee is said where the total is read, not only "not composed".
+    assert "trained without DP" in claim["note"] and "no guarantee here" in claim["note"]
+    assert report.composition == (
+        "basic composition (ε and δ add) of DP-SGD and the vocabulary; the starting export was "
+        "trained without DP: its training data have no guarantee here (declared public/disjoint "
+        "by model.pretrained_data_disjoint)"
+    )
+    from dpnmt import model_card  # noqa: PLC0415
+
+    card = "\n".join(model_card._privacy_section(json.loads(json.dumps(report.to_json()))))
+    assert "**A starting model without a guarantee.** The pretrained export was trained " in card
+    assert "with a disjoint DP-trained one, the larger of the two" in card
+    assert "Two private stages" not in card
 
 
 def test_a_model_that_is_not_a_dpnmt_export_carries_no_record(model_folder, tmp_path):
@@ -406,82 +419,3 @@ def test_an_export_trained_on_another_corpus_may_be_declared_disjoint(model_fold
     (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(False)}))
     assert pretrained_privacy.declared_text_problems(RunConfig.of(config), corpus) == []
     assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []
-
-
-def test_a_group_run_is_told_disjoint_means_sharing_no_group(tmp_path):
-    """With dp.unit=group the neighbour is a whole group: data declared disjoint must
-    share no group (user, document), not merely no sentence pair."""
-    pretrained_privacy = _pretrained_privacy()
-    folder = tmp_path / "export"
-    folder.mkdir()
-    (folder / "dpnmt.json").write_text(json.dumps({"privacy": _record(private=False)}))
-    config = _config(tmp_path, str(folder))
-    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
-    assert "share no example with this run's" in problem
-    config.dp.unit, config.dp.group_cap = "group", 4
-    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
-    assert "share no group (user or document" in problem and "no example" not in problem
-
-
-@pytest.mark.parametrize("export_epsilon", [1000.0, 0.01, math.inf])
-def test_a_private_export_declared_disjoint_composes_in_parallel(
-    model_folder, tmp_path, export_epsilon
-):
-    """Declared disjoint, a DP export's ε was dropped: the total was this run's alone (a
-    stage 1 at ε 1000 or ∞, then ε 8: "ε 8"). Each person's data are in one stage's set
-    only: the total is the larger of the two (ε and δ), ∞ with an unbounded export."""
-    from dpnmt import model_card  # noqa: PLC0415
-    from dpnmt.sweeps import epsilon_check  # noqa: PLC0415
-    from dpnmt.training.run_dir import write_json  # noqa: PLC0415
-
-    pretrained_privacy = _pretrained_privacy()
-    record = _record(epsilon=export_epsilon)
-    record["total_delta"] = 0.5  # Above this run's δ: the max is the export's.
-    config = _config(tmp_path, _export(model_folder, tmp_path, record))
-    config.model.pretrained_data_disjoint = True
-    run = RunConfig.of(config)
-    if math.isinf(export_epsilon):  # A private run that could claim only ∞ is refused.
-        (problem,) = pretrained_privacy.pretrained_problems(run)
-        assert "parallel composition" in problem and "∞" in problem
-    else:
-        assert pretrained_privacy.pretrained_problems(run) == []
-    claim = pretrained_privacy.pretrained_claim(run, refuse=False)
-    assert claim.parallel and not claim.composed and claim.epsilon == export_epsilon
-    # This run's plan and vocabulary (from the same model, not an export).
-    built = setup.build_run(
-        RunConfig.of(_config(tmp_path, str(model_folder))), str(tmp_path / "run")
-    )
-    plan, vocabulary = built.privacy.plan, built.privacy.vocabulary
-    report = privacy_report(plan, plan.num_steps, vocabulary, pretrained=claim)
-    ours = report.dp_sgd_epsilon
-    assert math.isfinite(ours) and ours > 0.01
-    assert report.total_epsilon == max(ours, export_epsilon)
-    assert report.total_delta == (0.5 if math.isfinite(export_epsilon) else plan.delta)
-    assert report.composition.startswith("parallel composition over disjoint data (declared")
-    assert f"ε = {export_epsilon:.6g}" in report.composition
-    published = json.loads(json.dumps(report.to_json()))
-    assert published["pretrained"]["parallel"] and published["pretrained"]["record"] == record
-    assert PrivacyReport.from_json(published) == report
-    write_json(str(tmp_path / "p.json"), report.to_json())  # inf stored as "inf".
-    stored = json.loads((tmp_path / "p.json").read_text())
-    assert epsilon_check.check_run(stored).agrees  # The runs report recomputes the max.
-    card = "\n".join(model_card._privacy_section(stored))
-    assert "**Two private stages, disjoint data (declared).**" in card
-
-
-def test_parallel_composition_takes_an_earlier_private_stage_left_out_of_the_total():
-    """0 -> 1 (declared disjoint, a record from before parallel composition: its total left
-    stage 0's ε out) -> 2 (declared disjoint): stage 0's people get stage 0's ε, so the max
-    counts it. A public (non-DP) stage 0 stays outside; a parallel record already holds it."""
-    pretrained_privacy = _pretrained_privacy()
-    stage0 = _record(epsilon=50.0)
-    parent = {"dpnmt_export": True, "composed": False, "declared_disjoint": True}
-    old = {**_record(), "pretrained": {**parent, "epsilon": 50.0, "delta": 0.1, "record": stage0}}
-    assert pretrained_privacy.parallel_by_export(old) == (50.0, 0.1)
-    public = {**old, "pretrained": {**old["pretrained"], "record": _record(private=False)}}
-    assert pretrained_privacy.parallel_by_export(public) == (EXPORT_EPSILON, EXPORT_DELTA)
-    new = {**old, "pretrained": {**old["pretrained"], "parallel": True}}
-    assert pretrained_privacy.parallel_by_export(new) == (EXPORT_EPSILON, EXPORT_DELTA)
-    # A later run whose data may overlap: a parallel record's total already holds stage 0.
-    assert pretrained_privacy.claimed_by_export(new) == (EXPORT_EPSILON, EXPORT_DELTA)
-    assert pretrained_privacy.claimed_by_export(old) == (EXPORT_EPSILON + 50.0, EXPORT_DELTA + 0.1)
