@@ -6,21 +6,24 @@ embedding (`models.vocabulary`); the run trains, exports and the export loads
 in transformers with the grown vocabulary. A model with sentinels is untouched.
 """
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import transformers
 
-from dpnmt import config_lib, models, release
+from dpnmt import models, release
 from dpnmt.config import RunConfig
-from dpnmt.data import hf_tokenizer, objectives, sentinels, tokenizers
+from dpnmt.data import objectives, sentinels, tokenizers
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode as decode_lib
-from dpnmt.models import export, vocabulary
+from dpnmt.models import vocabulary
 from dpnmt.training import loop, pieces, preflight, setup
 from tests.models import hf_models
 from tests.small_configs import smaller_config
+from tests.tiny_export import write_tiny_export
 
 TEXTS = [f"Der Satz {i} ist {i % 7} Worte lang ." for i in range(64)]
 OTHER = [f"Ein anderer Text {i} mit {i % 5} Teilen ." for i in range(64)]
@@ -34,19 +37,10 @@ def model_folder(tmp_path_factory):
 
 def write_model_without_sentinels(folder):
     """A tiny tied T5 v1.0 and a public SentencePiece WITHOUT sentinels, as dpnmt exports them."""
-    text = folder / "public.txt"
-    text.write_text("".join(f"Ein Satz {i} ist kurz, a small sentence\n" for i in range(200)))
-    tokenizer, _ = tokenizers.train_sentencepiece([str(text)], vocab_size=300)
-    text.unlink()
-    config = config_lib.make_config("nonprivate")
-    config.model.update(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1)
-    config.model.num_heads, config.model.feed_forward_proj = 2, "relu"  # v1.0: tied.
-    _, model_config, params = pieces.build_model(
-        RunConfig.of(config).model, tokenizer, jax.random.key(0)
+    write_tiny_export(
+        folder, "Ein Satz {i} ist kurz, a small sentence", vocab_size=300, feed_forward_proj="relu"
     )
-    assert model_config.tie_word_embeddings and "lm_head" not in params
-    export.save_pretrained(params, model_config, str(folder))
-    hf_tokenizer.save_tokenizer(tokenizer, str(folder))
+    assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"]  # v1.0: tied.
     return folder
 
 

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import dp_accounting
-import jax
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
@@ -26,6 +25,7 @@ from dpnmt.training import run_dir, steps
 from dpnmt.training.privacy_report import privacy_report
 from tests.markers import needs_data
 from tests.small_configs import load_config
+from tests.tiny_export import write_tiny_export
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PUBLIC = VocabularyRecord("pretrained", False)
@@ -40,7 +40,7 @@ def _literal(**fields):
     return config
 
 
-def _epsilon_from_record(unit: dict) -> float:
+def epsilon_from_unit_record(unit: dict) -> float:
     """ε of the published σ, q and T, recomputed with dp_accounting alone."""
     accountant = pld_privacy_accountant.PLDAccountant()
     accountant.compose(
@@ -65,7 +65,7 @@ def test_the_literal_clinspen_group_command_plans_over_groups():
     unit = record["privacy_unit"]
     assert (unit["unit"], unit["num_groups"], unit["group_cap"]) == ("group", GROUPS, 8)
     assert unit["expected_groups_per_lot"] == 8 and unit["sampling_rate"] == 8 / GROUPS
-    assert unit["epsilon_per_group"] == pytest.approx(_epsilon_from_record(unit), rel=1e-6)
+    assert unit["epsilon_per_group"] == pytest.approx(epsilon_from_unit_record(unit), rel=1e-6)
     assert unit["epsilon_per_group"] == pytest.approx(8.0, rel=1e-2)  # The variant's target.
     assert record["expected_lot_size"] == 8 and record["dataset_size"] == GROUPS
     # The step's noise: N(0, σ²C²) on the sum of clipped group contributions, ÷ L_groups.
@@ -162,24 +162,8 @@ def test_the_eval_schedule_of_a_group_run_counts_examples_not_groups():
 @pytest.fixture(scope="module")
 def local_model(tmp_path_factory):
     """A 16-wide T5 and its SentencePiece vocabulary as a transformers folder (no hub)."""
-    from dpnmt.data import hf_tokenizer, tokenizers
-    from dpnmt.models import export
-    from dpnmt.training import pieces
-
-    folder = tmp_path_factory.mktemp("model")
-    text = folder / "public.txt"
-    text.write_text("".join(f"una frase pequeña {i} aquí, a small sentence\n" for i in range(200)))
-    tokenizer, _ = tokenizers.train_sentencepiece([str(text)], vocab_size=320)
-    text.unlink()
-    config = config_lib.make_config("nonprivate")
-    config.model.update(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1)
-    config.model.num_heads = 2
-    _, model_config, params = pieces.build_model(
-        RunConfig.of(config).model, tokenizer, jax.random.key(0)
-    )
-    export.save_pretrained(params, model_config, str(folder))
-    hf_tokenizer.save_tokenizer(tokenizer, str(folder))
-    return folder
+    sentence = "una frase pequeña {i} aquí, a small sentence"
+    return write_tiny_export(tmp_path_factory.mktemp("model"), sentence)
 
 
 def _train(tmp_path, local_model, *overrides):
@@ -233,7 +217,7 @@ def test_the_literal_clinspen_group_command_trains_and_reports_epsilon_per_group
     assert unit["expected_groups_per_lot"] == record["expected_lot_size"] == 8
     assert unit["sampling_rate"] == 8 / GROUPS and record["dataset_size"] == GROUPS
     assert record["steps_done"] == unit["steps_planned"] == round(GROUPS / 8)
-    assert unit["epsilon_per_group"] == pytest.approx(_epsilon_from_record(unit), rel=1e-6)
+    assert unit["epsilon_per_group"] == pytest.approx(epsilon_from_unit_record(unit), rel=1e-6)
     assert unit["epsilon_per_group"] == pytest.approx(8.0, rel=1e-2)
     assert results["preprocessing"]["train"] == {"num_groups": GROUPS}
     config = json.loads((workdir / "config.json").read_text())

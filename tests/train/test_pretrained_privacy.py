@@ -10,17 +10,15 @@ import json
 import math
 import shutil
 
-import jax
 import pytest
 
-from dpnmt import config_lib
 from dpnmt.config import RunConfig
-from dpnmt.data import hf_tokenizer, tokenizers
+from dpnmt.data import tokenizers
 from dpnmt.errors import ConfigError
-from dpnmt.models import export
 from dpnmt.training import loop, pieces, setup
 from dpnmt.training.privacy_report import PrivacyReport, privacy_report
 from tests.small_configs import files_config, files_corpus
+from tests.tiny_export import write_tiny_export
 
 EXPORT_EPSILON, EXPORT_DELTA = 3.0, 2e-9
 
@@ -41,20 +39,7 @@ def _record(private=True, epsilon=EXPORT_EPSILON):
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):
     """A tiny T5 and its SentencePiece vocabulary as transformers folders (no dpnmt.json)."""
-    folder = tmp_path_factory.mktemp("export")
-    text = folder / "public.txt"
-    text.write_text("".join(f"ein kleiner Satz {i} hier, a small sentence\n" for i in range(200)))
-    tokenizer, _ = tokenizers.train_sentencepiece([str(text)], vocab_size=320)
-    text.unlink()
-    config = config_lib.make_config("nonprivate")
-    config.model.update(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1)
-    config.model.num_heads = 2
-    _, model_config, params = pieces.build_model(
-        RunConfig.of(config).model, tokenizer, jax.random.key(0)
-    )
-    export.save_pretrained(params, model_config, str(folder))
-    hf_tokenizer.save_tokenizer(tokenizer, str(folder))
-    return folder
+    return write_tiny_export(tmp_path_factory.mktemp("export"))
 
 
 def _export(model_folder, tmp_path, record):
