@@ -47,11 +47,7 @@ def _customize(c, objective: str):
 
 
 def get_config(arg=None):
-    parts = [p.strip() for p in (arg or "").split(",") if p.strip()]
-    chosen = [p for p in parts if p in OBJECTIVES] or ["span"]
-    if len(chosen) > 1:
-        raise ValueError(f"Two objective variants {chosen}; give one of {sorted(OBJECTIVES)}.")
-    rest = ",".join(p for p in parts if p not in OBJECTIVES)
-    config = config_lib.make_config(rest, lambda c: _customize(c, OBJECTIVES[chosen[0]]))
+    chosen, rest = config_lib.one_variant(arg, sorted(OBJECTIVES), "span", "objective")
+    config = config_lib.make_config(rest, lambda c: _customize(c, OBJECTIVES[chosen]))
     config.variant = arg or ""
     return config

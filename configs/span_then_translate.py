@@ -90,13 +90,9 @@ def _customize(c, stage: str) -> None:
 
 
 def get_config(arg=None):
-    parts = [p.strip() for p in (arg or "").split(",") if p.strip()]
-    stages = [p for p in parts if p in STAGES] or ["translate"]
-    if len(stages) > 1:
-        raise ValueError(f"Two stage variants {stages}; give one of {list(STAGES)}.")
-    rest = ",".join(p for p in parts if p not in STAGES)
-    if stages[0] in OBJECTIVES and "lora" in parts:
+    stage, rest = config_lib.one_variant(arg, STAGES, "translate", "stage")
+    if stage in OBJECTIVES and "lora" in rest.split(","):
         raise ValueError("Variant lora with a pre-training stage: its sentinel rows must train.")
-    config = from_public.make(rest, lambda c, extras: _customize(c, stages[0]), scratch_ok=False)
+    config = from_public.make(rest, lambda c, extras: _customize(c, stage), scratch_ok=False)
     config.variant = arg or ""
     return config

@@ -326,6 +326,21 @@ def sibling_config(config_file: str, name: str):
     return module
 
 
+def one_variant(arg: str | None, choices, default: str, what: str) -> tuple[str, str]:
+    """A config file's own variant of `choices` in `arg`, and `arg` without it.
+
+    ("eps8,span", ("span", "prefix"), "span", "objective") -> ("span", "eps8").
+
+    Raises:
+      ValueError: `arg` names two of `choices`.
+    """
+    parts = [p.strip() for p in (arg or "").split(",") if p.strip()]
+    chosen = [p for p in parts if p in choices] or [default]
+    if len(chosen) > 1:
+        raise ValueError(f"Two {what} variants {chosen}; give one of {list(choices)}.")
+    return chosen[0], ",".join(p for p in parts if p not in choices)
+
+
 def make_config(
     arg: str | None, customize: Callable[[ml_collections.ConfigDict], None] | None = None
 ) -> ml_collections.ConfigDict:

@@ -15,6 +15,7 @@ from dpnmt.data import (
     languages,
     objectives,
     preprocess,
+    sentinels,
     tokenizers,
 )
 from dpnmt.errors import InputError
@@ -119,15 +120,15 @@ def objective_problems(run) -> list[str]:
         noise_density=data.noise_density,
         mean_span_length=data.mean_span_length,
     )
-    sentinels = run.tokenizer.sentinels
+    count = run.tokenizer.sentinels
     if kind == "pretrained" and _pretrained_has_sentinels(run.model) is not False:
         return []  # Its own (a hub model's are looked up when it loads).
-    if sentinels < needed:
+    if count < needed:
         what = "appended to the pretrained tokenizer" if kind == "pretrained" else "reserved"
         return [
             f"data.objective='span_corruption' on texts of up to {data.max_source_length - 1} "
             f"tokens uses up to {needed} sentinels, but tokenizer.sentinels="
-            f"{sentinels}; set tokenizer.sentinels >= {needed} (<extra_id_i> pieces {what}: "
+            f"{count}; set tokenizer.sentinels >= {needed} (<extra_id_i> pieces {what}: "
             "no privacy cost)."
         ]
     return []
@@ -148,7 +149,7 @@ def _pretrained_has_sentinels(model) -> bool | None:
     tokenizer = _local_pretrained_tokenizer(model)
     if tokenizer is None:
         return None
-    return tokenizer.piece_id(objectives.sentinel_pieces(1)[0]) is not None
+    return sentinels.has_sentinels(tokenizer)
 
 
 # Parameter paths of the vocabulary-sized tables (`models.vocabulary.grow_vocabulary`).
@@ -177,7 +178,7 @@ def appended_sentinel_problems(run) -> list[str]:
     except InputError:
         return []  # Named by the tokenizer problems.
     tokenizer = _local_pretrained_tokenizer(model)
-    if tokenizer is None or tokenizer.piece_id(objectives.sentinel_pieces(1)[0]) is not None:
+    if tokenizer is None or sentinels.has_sentinels(tokenizer):
         return []  # Not local, or has its own sentinels: nothing is appended.
     where = (
         f"tokenizer.sentinels={count} appends {count} sentinels to the tokenizer of "

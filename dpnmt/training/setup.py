@@ -18,7 +18,7 @@ import datasets
 import jax
 
 from dpnmt import bridge, config_lib, core, distributed, privacy
-from dpnmt.config import RunConfig
+from dpnmt.config import RunConfig, lot_size
 from dpnmt.data import checks as data_checks
 from dpnmt.data import text_objective
 from dpnmt.errors import ConfigError
@@ -268,7 +268,8 @@ def build_run(
             largest_group=pieces.largest_group(corpus),
             num_groups=None if train_groups is None else len(set(train_groups)),
         )
-    if plan.unit == privacy.GROUP and run.dp.group_lot_size is None:
+    lot_field = lot_size(run.dp, run.train)[1]
+    if plan.unit == privacy.GROUP and lot_field == "train.expected_lot_size":
         logging.warning(
             "dp.group_lot_size is unset: train.expected_lot_size=%d is read as groups per lot "
             "(L_groups, as runs before the field did); set dp.group_lot_size to say so.",
