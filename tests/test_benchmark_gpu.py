@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from absl.testing import flagsaver
 
 from benchmarks import mfu
 
@@ -63,3 +64,49 @@ def test_analytic_flops_count_six_per_parameter_and_token():
     assert mfu.analytic_gflops(config, 2, 3, 5) == pytest.approx(
         2 * mfu.analytic_gflops(config, 1, 3, 5)
     )
+
+
+def test_a_mode_out_of_memory_drops_alone_and_skips_larger_batches(monkeypatch, capsys):
+    from absl import flags  # noqa: PLC0415
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(["mfu"], known_only=True)
+    built = []
+
+    def fake_step(config, dtype, batch, source, target, mode):
+        built.append((mode, batch))
+
+        def run():
+            if mode == "vmap" and batch >= 4:
+                raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+
+        return run, 1.0
+
+    monkeypatch.setattr(mfu, "_step", fake_step)
+    with flagsaver.flagsaver(
+        models=["t5-small"], batch_sizes=["2", "4", "8"], seq_lens=["8"], steps=1
+    ):
+        rows = mfu._cells({"float32": 1.0})
+    got = [(r["mode"], r["batch"]) for r in rows]
+    assert got == [
+        (m, b)
+        for b in (2, 4, 8)
+        for m in ("jax", "ghost", "vmap")
+        if (m, b) not in {("vmap", 4), ("vmap", 8)}
+    ]
+    assert ("vmap", 8) not in built  # Not built again after it ran out of memory at 4.
+    assert "t5-small float32 batch 4 8+8 vmap: stop, RESOURCE_EXHAUSTED" in capsys.readouterr().out
+
+
+def test_an_error_other_than_out_of_memory_is_raised(monkeypatch):
+    from absl import flags  # noqa: PLC0415
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(["mfu"], known_only=True)
+
+    def broken(*args):
+        raise ValueError("a real bug")
+
+    monkeypatch.setattr(mfu, "_step", broken)
+    with pytest.raises(ValueError, match="a real bug"):
+        mfu._cell("t5-small", None, "float32", 2, 8, 8, 1.0, ["jax"])

@@ -111,3 +111,28 @@ def test_memorization_table_is_the_committed_runs_results():
     assert markers, "the memorization table lost its marker"
     for folder, table in markers:
         assert table.strip() == memorization_table(README.parent / folder), folder
+
+
+def test_gpu_table_is_the_committed_rows():
+    """Each GPU row's step time and tokens/s in the README are a row of
+    docs/results/gpu_h100/results.json, and its MFU is 6ND / step / peak."""
+    results = json.loads((README.parent / "docs/results/gpu_h100/results.json").read_text())
+    measured = {}
+    for section in results["sections"]:
+        analytic = {}
+        for row in section["rows"]:
+            if row.get("gflop_analytic"):
+                analytic[(row["model"], row["batch"], row["source"])] = row["gflop_analytic"]
+        for row in section["rows"]:
+            flops = analytic[(row["model"], row["batch"], row["source"])]
+            peak = section["peaks_gflops"][row["dtype"]]
+            mfu = 100 * flops / (row["step_ms"] / 1e3) / peak
+            measured[round(row["tokens_per_s"])] = (row["step_ms"], mfu)
+    section = README.read_text().split("## Speed on a GPU")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if " ms | " in line]
+    assert len(rows) == 5
+    for cells in rows:
+        step_ms, mfu = measured[int(cells[3].replace(",", ""))]
+        digits = len(cells[2].removesuffix(" ms").split(".")[1])
+        assert float(cells[2].removesuffix(" ms")) == round(step_ms, digits), cells
+        assert float(cells[5].split("%")[0]) == round(mfu, 1), cells
