@@ -14,6 +14,12 @@
 #
 # Environment: PYTHON (default python), MODELS, MODES, DTYPES, BATCHES, SEQS,
 # JSON (where the rows go; default /tmp/dpnmt_gpu_table.json).
+#
+# Time: compilation dominates. On an H100 (2026-11-26, JAX 0.11.2) a step
+# program took about a minute to compile, so the full grid (~90 programs) runs
+# for about an hour and a half; a short lease gets a few cells, e.g.
+#   MODELS=t5-small MODES=jax,ghost DTYPES=bfloat16 BATCHES=128 bash benchmarks/gpu.sh  # ~3.5 min
+# Each row is also printed as a JSON line as soon as its cell is measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-full}
