@@ -3,7 +3,6 @@
 The rules the data section alone can check are `dpnmt.config.DataConfig.problems`.
 """
 
-import json
 import os
 import re
 
@@ -19,6 +18,7 @@ from dpnmt.data import (
     tokenizers,
 )
 from dpnmt.errors import InputError
+from dpnmt.models.checks import local_hf_config
 
 # A learnt SentencePiece here has pad, eos and unk, 256 byte pieces (byte
 # fallback) and one piece per character it covers (coverage 1.0), before any word.
@@ -190,7 +190,7 @@ def appended_sentinel_problems(run) -> list[str]:
             "span_corruption does): set tokenizer.sentinels=0, or data.objective="
             "'span_corruption'."
         ]
-    hf_config = _hf_config(model.name_or_path)
+    hf_config = local_hf_config(model.name_or_path) or {}
     model_type = str(hf_config.get("model_type"))
     if model_type not in ("t5", "mt5"):
         return [
@@ -231,16 +231,6 @@ def appended_sentinel_problems(run) -> list[str]:
             f"{' and '.join(tables)}, or unset), or use a tokenizer that has sentinels."
         ]
     return []
-
-
-def _hf_config(name_or_path: str) -> dict:
-    """A local model folder's config.json ({} when unreadable: named by the model files')."""
-    try:
-        with open(os.path.join(name_or_path, "config.json"), encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:

@@ -18,6 +18,21 @@ def looks_local(name_or_path: str) -> bool:
     return name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
 
 
+def local_hf_config(name_or_path: str) -> dict | None:
+    """A local model folder's Hugging Face config.json, or None when it cannot be read.
+
+    None for a hub id, a missing folder or a malformed file (not JSON, or not an
+    object): the model files' own checks name those.
+    """
+    path = os.path.join(os.path.expanduser(name_or_path), "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def architecture(model) -> tuple[str, bool] | None:
     """(model_type, gated feed-forward) of the model the run builds, if known unloaded.
 
@@ -27,11 +42,8 @@ def architecture(model) -> tuple[str, bool] | None:
     name = model.name_or_path
     if name is None:
         return "t5", str(model.feed_forward_proj).startswith("gated-")
-    path = os.path.join(os.path.expanduser(name), "config.json")  # Hugging Face config.
-    try:
-        with open(path) as f:
-            hf_config = json.load(f)
-    except (OSError, json.JSONDecodeError):
+    hf_config = local_hf_config(name)
+    if hf_config is None:
         return None
     gated = str(hf_config.get("feed_forward_proj", "relu")).startswith("gated-")
     return str(hf_config.get("model_type")), gated
