@@ -310,7 +310,7 @@ def size_problems(dp, train, dataset_size: int, num_groups: int | None = None) -
         return [str(error)]
     if not calibrate:
         return []
-    largest = core.accounting._MAX_NOISE_MULTIPLIER  # noqa: SLF001 - the calibration's range.
+    largest = core.accounting.MAX_NOISE_MULTIPLIER  # The calibration's range.
     reached = dataclasses.replace(plan, noise_multiplier=largest).epsilon_after(plan.num_steps)
     if reached > dp.target_epsilon:
         return [

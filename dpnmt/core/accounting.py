@@ -28,7 +28,7 @@ from dpnmt.core import validation
 
 # Search interval for σ in `calibrate_noise_multiplier`.
 _MIN_NOISE_MULTIPLIER = 1e-2
-_MAX_NOISE_MULTIPLIER = 1e4
+MAX_NOISE_MULTIPLIER = 1e4
 # PLD discretisation interval: dp_accounting's default 1e-4, widened for large ε
 # (1e-5 of the RDP estimate, rounded down to a power of ten), where 1e-4 takes
 # minutes (σ ≈ 0.1). Discretisation over-estimates ε, never under-estimates it.
@@ -85,7 +85,14 @@ def dp_sgd_event(noise_multiplier: float, sampling_rate: float, num_steps: int):
     )
 
 
-def _epsilon(event, delta: float, accountant: str) -> float:
+def event_epsilon(event, delta: float, accountant: str = "pld") -> float:
+    """ε at `delta` of any dp_accounting `DpEvent` (RDP, or PLD after an RDP estimate).
+
+    Args:
+      event: a `dp_accounting.DpEvent` (e.g. `dp_sgd_event(...)`, or a composition).
+      delta: the δ of the guarantee.
+      accountant: "pld" (default) or "rdp".
+    """
     with _quiet_rdp_convergence():
         return _epsilon_of(event, delta, accountant)
 
@@ -130,7 +137,9 @@ def compute_epsilon(
     num_steps = validation.check_num_steps("num_steps", num_steps)
     delta = validation.check_delta(delta)
     validation.warn_if_delta_too_large(delta, dataset_size)
-    return _epsilon(dp_sgd_event(noise_multiplier, sampling_rate, num_steps), delta, accountant)
+    return event_epsilon(
+        dp_sgd_event(noise_multiplier, sampling_rate, num_steps), delta, accountant
+    )
 
 
 def calibrate_noise_multiplier(
@@ -174,9 +183,9 @@ def calibrate_noise_multiplier(
     kind = _parse_accountant(accountant)
 
     def epsilon_at(sigma: float, accountant: str = kind) -> float:
-        return _epsilon(dp_sgd_event(sigma, sampling_rate, num_steps), delta, accountant)
+        return event_epsilon(dp_sgd_event(sigma, sampling_rate, num_steps), delta, accountant)
 
-    hi = _MAX_NOISE_MULTIPLIER
+    hi = MAX_NOISE_MULTIPLIER
     if epsilon_at(hi) > target_epsilon:
         raise ValueError(
             f"target_epsilon={target_epsilon:g} is unreachable: even noise_multiplier={hi:g} "
@@ -250,7 +259,7 @@ def compute_epsilon_sequential(
         steps = validation.check_num_steps("num_steps", steps)
         events.append(dp_sgd_event(sigma, rate, steps))
     delta = validation.check_delta(delta)
-    return _epsilon(dp_accounting.ComposedDpEvent(events), delta, accountant)
+    return event_epsilon(dp_accounting.ComposedDpEvent(events), delta, accountant)
 
 
 def compute_epsilon_shuffled(
@@ -285,7 +294,7 @@ def compute_epsilon_shuffled(
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(noise_multiplier), num_epochs
     )
-    return _epsilon(event, delta, accountant)
+    return event_epsilon(event, delta, accountant)
 
 
 def calibrate_noise_multiplier_shuffled(
@@ -322,7 +331,7 @@ def calibrate_noise_multiplier_shuffled(
     def epsilon_at(sigma: float) -> float:
         return compute_epsilon_shuffled(sigma, num_epochs, delta, accountant)
 
-    lo, hi = _MIN_NOISE_MULTIPLIER, _MAX_NOISE_MULTIPLIER
+    lo, hi = _MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER
     if epsilon_at(hi) > target_epsilon:
         raise ValueError(
             f"target_epsilon={target_epsilon:g} is unreachable with shuffled lots: even "
@@ -335,8 +344,8 @@ def calibrate_noise_multiplier_shuffled(
     lo, hi = max(lo, guess / 1.05), min(hi, guess * 1.05)
     while lo > _MIN_NOISE_MULTIPLIER and epsilon_at(lo) <= target_epsilon:
         lo = max(lo / 1.5, _MIN_NOISE_MULTIPLIER)
-    while hi < _MAX_NOISE_MULTIPLIER and epsilon_at(hi) > target_epsilon:
-        hi = min(hi * 1.5, _MAX_NOISE_MULTIPLIER)
+    while hi < MAX_NOISE_MULTIPLIER and epsilon_at(hi) > target_epsilon:
+        hi = min(hi * 1.5, MAX_NOISE_MULTIPLIER)
     if epsilon_at(lo) <= target_epsilon:
         if lo <= _MIN_NOISE_MULTIPLIER:
             return _at_floor(target_epsilon, epsilon_at(lo))

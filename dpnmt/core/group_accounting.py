@@ -13,7 +13,12 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpnmt.core import validation
-from dpnmt.core.accounting import _epsilon, compute_epsilon, compute_epsilon_shuffled, dp_sgd_event
+from dpnmt.core.accounting import (
+    compute_epsilon,
+    compute_epsilon_shuffled,
+    dp_sgd_event,
+    event_epsilon,
+)
 
 
 def _check_group_size(group_size: int) -> int:
@@ -104,7 +109,9 @@ def compute_group_epsilon(
         # The mixture's PLD spans losses up to (kσ)²/2: too slow here. A looser
         # valid bound: every lot holding any of the group charged as holding all k.
         rate = -math.expm1(group_size * math.log1p(-sampling_rate)) if sampling_rate < 1 else 1.0
-        return _epsilon(dp_sgd_event(noise_multiplier / group_size, rate, num_steps), delta, "rdp")
+        return event_epsilon(
+            dp_sgd_event(noise_multiplier / group_size, rate, num_steps), delta, "rdp"
+        )
     shifts, probs = _binomial_shifts(group_size, sampling_rate)
     event = dp_accounting.SelfComposedDpEvent(
         dp_event.MixtureOfGaussiansDpEvent(noise_multiplier, shifts, probs), num_steps
