@@ -49,6 +49,10 @@ class LogProgress:
         rate = self._rates.update(step, time.time())
         log_progress(self._writer, plan, step, rate, loss, total_epsilon=total)
 
+    def timed(self) -> tuple[int, float]:
+        """(lots, seconds) of this session's closed rate windows (`RateWindow.closed`)."""
+        return self._rates.closed()
+
 
 class Validate:
     """Validation every `eval_every` lots (and before training), early stopping, publication.

@@ -15,7 +15,6 @@ each enforcing its own privacy rules. This module also writes results.json.
 
 import dataclasses
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,7 +74,7 @@ def train_and_evaluate(
         config.train, every, run.privacy, evaluator, lots.frozen, writer, timer
     )
     state = validate.before_training(state)
-    start_step, started = state.step, time.time()
+    start_step = state.step
     log = actions.LogProgress(config.train, run.privacy, writer, start_step)
     last_stop = (
         plan.num_steps if stop_after_steps is None else min(plan.num_steps, stop_after_steps)
@@ -104,7 +103,7 @@ def train_and_evaluate(
         return {"steps_done": state.step, "finished": False}
     with timer.phase("final evaluation"):
         params = models.merge_params(state.trainable, lots.frozen)
-        results = _results(run, state, evaluator, params, start_step, time.time() - started)
+        results = _results(run, state, evaluator, params, state.step - start_step, log.timed())
     if distributed.is_primary():
         run.files.run_dir.write_results(results)
     profile.write(run.files, run.privacy)
@@ -182,12 +181,21 @@ def objective_json(data) -> dict:
 
 
 def _results(
-    run: RunPieces, state: LoopState, evaluator, params, start_step: int, train_seconds: float
+    run: RunPieces,
+    state: LoopState,
+    evaluator,
+    params,
+    lots_this_session: int,
+    timed_windows: tuple[int, float],
 ) -> dict:
-    """results.json (a published format: keys and meanings are fixed)."""
+    """results.json (a published format: keys and meanings are fixed).
+
+    `timed_windows`: (lots, seconds) of the session's closed rate windows, the
+    only timing published (`metrics.RateWindow.closed`).
+    """
     plan, record = run.privacy.plan, run.privacy
-    lots_this_session = state.step - start_step
-    timed = lots_this_session >= MIN_RATE_WINDOW_LOTS  # Else no rate is published.
+    timed_lots, train_seconds = timed_windows
+    timed = timed_lots >= MIN_RATE_WINDOW_LOTS  # Else no rate is published.
     return {
         "finished": True,
         "validation": evaluator.validation(params),
@@ -206,10 +214,12 @@ def _results(
         "steps_done": state.step,
         "train_seconds_this_session": train_seconds if timed else None,
         "seconds_per_epoch": (
-            train_seconds / lots_this_session * max(plan.steps_per_epoch, 1) if timed else None
+            train_seconds / timed_lots * max(plan.steps_per_epoch, 1) if timed else None
         ),
-        "timing_note": f"means over this session's {lots_this_session} lots, published only "
-        f"over at least {MIN_RATE_WINDOW_LOTS} lots (None: fewer); never per lot",
+        "timing_note": f"means over the first {timed_lots} of this session's "
+        f"{lots_this_session} lots: whole windows of at least {MIN_RATE_WINDOW_LOTS} lots, "
+        "those of metrics.jsonl's lots/s (None: no window closed); never per lot, and never "
+        "the lots after the last window",
         "preprocessing": {
             s: dataclasses.asdict(v)
             for s, v in run.data.split_stats.items()

@@ -29,13 +29,25 @@ class RateWindow:
         """Opens the first window at `start_step`, `start_time` (seconds)."""
         self._step, self._time = start_step, start_time
         self._rate: float | None = None
+        self._closed_lots, self._closed_seconds = 0, 0.0
 
     def update(self, step: int, now: float) -> float | None:
         """The last closed window's lots/s (None before the first one closes)."""
         if step - self._step >= MIN_RATE_WINDOW_LOTS:
-            self._rate = (step - self._step) / max(now - self._time, 1e-9)
+            seconds = max(now - self._time, 1e-9)
+            self._rate = (step - self._step) / seconds
+            self._closed_lots += step - self._step
+            self._closed_seconds += seconds
             self._step, self._time = step, now
         return self._rate
+
+    def closed(self) -> tuple[int, float]:
+        """(lots, seconds) of all closed windows together: the session's only publishable timing.
+
+        A total over the whole session would, with the windows' published rates,
+        time the lots after the last closed window (fewer than the minimum).
+        """
+        return self._closed_lots, self._closed_seconds
 
 
 def log_progress(

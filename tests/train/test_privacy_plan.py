@@ -168,6 +168,18 @@ def test_rates_are_published_only_over_windows_of_at_least_50_lots():
     assert window.update(110, 135.0) == pytest.approx(50 / 10.0)
 
 
+def test_only_closed_windows_time_a_session():
+    """The lots after the last closed window are never in the published total:
+    with the windows' rates it would time fewer than 50 lots."""
+    window = metrics.RateWindow(start_step=0, start_time=0.0)
+    assert window.closed() == (0, 0.0)
+    window.update(50, 20.0)
+    window.update(71, 33.0)  # 21 lots: no window closes.
+    assert window.closed() == (50, pytest.approx(20.0))
+    window.update(100, 40.0)
+    assert window.closed() == (100, pytest.approx(40.0))
+
+
 def test_lot_size_equal_to_dataset_size_is_refused_by_the_plan_like_the_bridge():
     """plan_privacy accepts L == N; PoissonLots/ShuffledLots then refuse it
     ('must be smaller than the dataset size') after the vocabulary was learnt."""

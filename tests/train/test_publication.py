@@ -104,6 +104,19 @@ def test_no_rate_is_written_before_50_lots(run):
     early = [line for line in progress if int(re.match(r"step (\d+)/", line)[1]) < 50]
     assert early and not any("lots/s" in line or "examples/s" in line for line in early)
     assert results["seconds_per_epoch"] is not None  # >= 50 lots in this session.
+    # The session's published time is that of its closed windows, derivable from
+    # their published rates: never the lots after the last window.
+    rates = {}
+    for m in metrics:
+        if "train/lots_per_second" in m:
+            rates.setdefault(m["train/lots_per_second"], m["step"])  # Window end: first step.
+    ends = sorted(rates.items(), key=lambda item: item[1])
+    starts = [0] + [end for _, end in ends[:-1]]
+    window_seconds = sum(
+        (end - start) / rate for (rate, end), start in zip(ends, starts, strict=True)
+    )
+    assert ends[-1][1] < results["steps_done"]  # Lots ran after the last window...
+    assert results["train_seconds_this_session"] == pytest.approx(window_seconds, rel=1e-6)
 
 
 def test_private_counts_stay_private_and_the_report_states_its_assumptions(run):
