@@ -19,7 +19,10 @@ sharing a normalised sentence (either side, `dpnmt.data.overlap.normalised`:
 case, spacing, escapes) are kept together, in the half of the first of them.
 So no sentence of one half appears in the other (Multi30K repeats some
 captions), and a person's caption is in one half only: parallel composition
-(`model.pretrained_data_disjoint=True`) holds record by record.
+(`model.pretrained_data_disjoint=True`) holds for A and B as two given
+datasets. Not for Multi30K's training split as one private corpus: the cut
+looks at other records (adding or removing one pair can move others between
+halves), so the split itself is not a DP release.
 """
 
 import argparse
