@@ -92,6 +92,20 @@ def setup_logging(*, primary: bool = True) -> None:
     datasets.disable_progress_bars()
 
 
+UNTIMED_FORMAT = "%(levelname).1s %(filename)s:%(lineno)d] %(message)s"
+
+
+def untimed_logging() -> None:
+    """Log lines without absl's timestamp: for a private run's log (a published output).
+
+    Progress lines every `train.log_every_steps` lots, stamped to the
+    microsecond, would time a few lots (how many micro-batches they took: the
+    realised lot sizes); rates are published only over >= 50 lots
+    (`training.metrics.RateWindow`).
+    """
+    absl_logging.get_absl_handler().setFormatter(logging.Formatter(UNTIMED_FORMAT))
+
+
 def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
     """`main` with quiet logs, and an `InputError` printed as one line (exit status 2)."""
 

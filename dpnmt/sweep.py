@@ -55,6 +55,7 @@ def main(argv):
     if len(argv) > 1 + len(overrides):
         raise app.UsageError(f"Unexpected arguments: {argv[1 + len(overrides) :]}")
     cli.setup_logging()
+    cli.untimed_logging()  # Its lines time each run's attempt: private runs' too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # Stops the running child too.
     try:
         specs = grid.expand(_GRID.value, _SAMPLING.value, _SEEDS.value)

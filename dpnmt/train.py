@@ -71,6 +71,7 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
 
 def main(argv):
     """Runs `loop.train_and_evaluate` with the flags' config and workdir; Ctrl-C: exit 130."""
+    cli.untimed_logging()  # A private run's log is published: no line may time a few lots.
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _CONFIG.value is None:  # No config.json to resume from either (`_parse_flags`).

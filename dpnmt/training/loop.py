@@ -68,7 +68,11 @@ def train_and_evaluate(
     state = _resume(run, lots)
     lots.derive_keys()
     evaluator = _evaluator(config, run, timer)
-    writer = MetricsWriter(workdir) if distributed.is_primary() else distributed.NullWriter()
+    writer = (
+        MetricsWriter(workdir, private=plan.private)
+        if distributed.is_primary()
+        else distributed.NullWriter()
+    )
     every = config.eval_every_steps(plan.num_steps)
     validate = actions.Validate(
         config.train, every, run.privacy, evaluator, lots.frozen, writer, timer

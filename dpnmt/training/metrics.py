@@ -107,7 +107,7 @@ class MetricsWriter:
     (`RunDir.new_tensorboard_file`); every event carries one wall time.
     """
 
-    def __init__(self, workdir: str):
+    def __init__(self, workdir: str, *, private: bool = True):
         # Deferred: only the app writes events.
         from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
         from tensorboardX.proto.summary_pb2 import Summary  # noqa: PLC0415
@@ -117,8 +117,9 @@ class MetricsWriter:
         self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a")  # noqa: SIM115
         self._tensorboard = RecordWriter(RunDir(workdir).new_tensorboard_file())
         # One wall time for every event: per-event times would time the lots
-        # between two log steps (see `RateWindow`).
-        self._walltime = float(int(time.time()))
+        # between two log steps (see `RateWindow`). A private run's is 0: two
+        # sessions' start seconds would time the first (maybe < 50 lots).
+        self._walltime = 0.0 if private else float(int(time.time()))
         self._write_event(Event(wall_time=self._walltime, file_version="brain.Event:2"))
 
     def _write_event(self, event) -> None:

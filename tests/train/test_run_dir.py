@@ -109,6 +109,9 @@ def test_tensorboard_files_name_no_host_or_time_and_each_session_adds_one(tmp_pa
         first, scalars = _events(folder / name)
         assert first.file_version == "brain.Event:2" and first.wall_time == int(first.wall_time)
         assert scalars.step == step and scalars.wall_time == first.wall_time
+        assert (
+            first.wall_time == 0
+        )  # Private (the default): two start seconds would time a session.
         assert [(v.tag, v.simple_value) for v in scalars.summary.value] == [
             ("privacy/epsilon_spent", 0.5)  # The infinite loss is not an event.
         ]
@@ -137,3 +140,34 @@ def test_records_are_written_atomically_and_a_cut_short_claim_is_refused(tmp_pat
         with pytest.raises(InputError, match="pretrained.json is not the JSON object") as error:
             workdir.read_pretrained()
         assert "Restore it" in str(error.value)
+
+
+def test_a_nonprivate_run_keeps_its_session_start_second(tmp_path):
+    from dpnmt.training.metrics import MetricsWriter  # noqa: PLC0415
+
+    writer = MetricsWriter(str(tmp_path), private=False)
+    writer.write(5, {"train/loss": 1.0})
+    writer.close()
+    (name,) = os.listdir(tmp_path / run_dir.TENSORBOARD_DIR)
+    first, scalars = _events(tmp_path / run_dir.TENSORBOARD_DIR / name)
+    assert first.wall_time > 1e9 and scalars.wall_time == first.wall_time
+
+
+def test_app_log_lines_carry_no_timestamp():
+    """A private run's log is published: stamped progress lines would time a few lots."""
+    import logging  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    from absl import logging as absl_logging  # noqa: PLC0415
+
+    from dpnmt import cli  # noqa: PLC0415
+
+    handler = absl_logging.get_absl_handler()
+    record = logging.LogRecord("dpnmt", logging.INFO, __file__, 7, "step 10/71", None, None)
+    before = handler.formatter
+    try:
+        cli.untimed_logging()
+        line = handler.format(record)
+    finally:
+        handler.setFormatter(before)
+    assert line.endswith("step 10/71") and not re.search(r"\d\d:\d\d:\d\d", line), line

@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,10 @@ def test_resumed_sweep_finishes_the_grid_without_redoing_finished_runs(micro_gri
         record = manifest["runs"][spec.name]
         assert record["state"] == grid.FINISHED
         assert record["attempts"] == 1  # Each run was started by a sweep exactly once.
+        # A private attempt's seconds, less its 50-lot windows, would time its last lots.
+        assert ("seconds_last_attempt" in record) == (spec.privacy == "nonprivate")
+        log = (workdir / spec.name / grid.TRAIN_LOG).read_text()
+        assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", log), spec.name  # No lot is timed.
         results = json.loads((workdir / spec.name / "results.json").read_text())
         assert results["finished"]
         assert results["privacy"]["steps_done"] == results["privacy"]["steps_planned"]
