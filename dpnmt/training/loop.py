@@ -68,11 +68,7 @@ def train_and_evaluate(
     state = _resume(run, lots)
     lots.derive_keys()
     evaluator = _evaluator(config, run, timer)
-    writer = (
-        MetricsWriter(workdir, private=plan.private)
-        if distributed.is_primary()
-        else distributed.NullWriter()
-    )
+    writer = _metrics_writer(workdir, plan.private)
     every = config.eval_every_steps(plan.num_steps)
     validate = actions.Validate(
         config.train, every, run.privacy, evaluator, lots.frozen, writer, timer
@@ -182,6 +178,13 @@ def objective_json(data) -> dict:
             "lines are dropped before sampling, decided from the text alone)",
         }
     }
+
+
+def _metrics_writer(workdir: str, private: bool):
+    """Process 0 writes metrics.jsonl and TensorBoard events; the other processes nothing."""
+    if not distributed.is_primary():
+        return distributed.NullWriter()
+    return MetricsWriter(workdir, private=private)
 
 
 def _results(
