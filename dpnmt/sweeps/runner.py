@@ -162,7 +162,7 @@ def run_sweep(
             record["state"] = grid.INTERRUPTED
             grid.write_manifest(workdir, manifest)
             raise
-        if spec.privacy == "nonprivate":
+        if not configs[spec].dp.enabled:
             # A private run's attempt time, less its published 50-lot windows,
             # would time the lots after the last one: never published.
             record["seconds_last_attempt"] = round(time.time() - begin, 1)
