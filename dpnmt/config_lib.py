@@ -119,6 +119,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.max_source_length = 64  # Source tokens per example (specials included).
     c.data.max_target_length = 64  # Target tokens per example (specials included).
     c.data.max_train_examples = config_dict.placeholder(int)  # Keep the first K train pairs.
+    # Public, non-private runs only (data.concatenation): add round(w x N) train
+    # examples, each 2..concat_max_pairs random pairs joined side by side.
+    c.data.concat_weight = 0.0  # Concatenated examples per train pair (0: off).
+    c.data.concat_max_pairs = 3  # Most pairs joined in one concatenated example.
+    c.data.concat_max_chars = 200  # Most characters of a joined side (short pairs only).
     c.data.max_eval_examples = 200  # Validation pairs scored by BLEU during training.
     c.data.max_test_examples = config_dict.placeholder(int)  # Test pairs scored (None: all).
     c.data.detokenize = False  # Moses-detokenise before BLEU (WMT sample is tokenised).

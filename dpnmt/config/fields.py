@@ -1,14 +1,18 @@
 """The ConfigDict edge: dotted field names, unknown-field messages, rule helpers.
 
-Sections (`dpnmt.config.sections`) describe their problems with these helpers
-so every message has one form: the dotted field, its value, what it must be.
+Sections (`dpnmt.config.sections`) derive from `Section` and describe their
+problems with these helpers, so every message has one form: the dotted field,
+its value, what it must be.
 """
 
+import dataclasses
 import difflib
 import math
 import re
+import types
+import typing
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import ml_collections
 
@@ -138,3 +142,41 @@ def lot_size(dp, train) -> tuple[int, str]:
         if groups is not None:
             return groups, "dp.group_lot_size"
     return train.expected_lot_size, "train.expected_lot_size"
+
+
+class Section:
+    """Shared by the sections: `NAME` (the ConfigDict key) and the rule helpers."""
+
+    NAME: typing.ClassVar[str]
+
+    def choices(self) -> dict[str, tuple[str, ...]]:
+        """Every `Literal` field of this section and its allowed values."""
+        hints = typing.get_type_hints(type(self))
+        out = {}
+        for field in dataclasses.fields(self):
+            hint = hints[field.name]
+            if typing.get_origin(hint) is Literal:
+                out[field.name] = typing.get_args(hint)
+            elif typing.get_origin(hint) in (typing.Union, types.UnionType):
+                literals = [a for a in typing.get_args(hint) if typing.get_origin(a) is Literal]
+                if literals:
+                    out[field.name] = typing.get_args(literals[0])
+        return out
+
+    def choice_problems(self) -> list[str]:
+        """A value outside its `Literal` (None passes where the type allows it)."""
+        hints = typing.get_type_hints(type(self))
+        problems = []
+        for name, allowed in self.choices().items():
+            value = getattr(self, name)
+            if value is None and type(None) in typing.get_args(hints[name]):
+                continue
+            problems += choice_problems(f"{self.NAME}.{name}", value, allowed)
+        return problems
+
+    def ranges(self, rules) -> list[str]:
+        """Problems of (field, test, what it must be) rules; unset (None) fields pass."""
+        problems = []
+        for name, test, must in rules:
+            problems += range_problems(f"{self.NAME}.{name}", getattr(self, name), test, must)
+        return problems

@@ -10,15 +10,13 @@ equal `config_lib.base_config()`'s (tested); fields are documented there.
 
 import dataclasses
 import re
-import types
 import typing
 from typing import Literal
 
-from dpnmt.config.fields import (
+from dpnmt.config.fields import (  # Section: the sections' base (its rule helpers).
+    Section,
     at_least,
-    choice_problems,
     positive_finite,
-    range_problems,
     unit_open,
     unit_right_open,
 )
@@ -41,44 +39,6 @@ Optimizer = Literal["sgd", "adam", "adamw", "adafactor"]
 Decay = Literal["constant", "linear", "cosine"]
 
 
-class Section:
-    """Shared by the sections: `NAME` (the ConfigDict key) and the rule helpers."""
-
-    NAME: typing.ClassVar[str]
-
-    def choices(self) -> dict[str, tuple[str, ...]]:
-        """Every `Literal` field of this section and its allowed values."""
-        hints = typing.get_type_hints(type(self))
-        out = {}
-        for field in dataclasses.fields(self):
-            hint = hints[field.name]
-            if typing.get_origin(hint) is Literal:
-                out[field.name] = typing.get_args(hint)
-            elif typing.get_origin(hint) in (typing.Union, types.UnionType):
-                literals = [a for a in typing.get_args(hint) if typing.get_origin(a) is Literal]
-                if literals:
-                    out[field.name] = typing.get_args(literals[0])
-        return out
-
-    def choice_problems(self) -> list[str]:
-        """A value outside its `Literal` (None passes where the type allows it)."""
-        hints = typing.get_type_hints(type(self))
-        problems = []
-        for name, allowed in self.choices().items():
-            value = getattr(self, name)
-            if value is None and type(None) in typing.get_args(hints[name]):
-                continue
-            problems += choice_problems(f"{self.NAME}.{name}", value, allowed)
-        return problems
-
-    def ranges(self, rules) -> list[str]:
-        """Problems of (field, test, what it must be) rules; unset (None) fields pass."""
-        problems = []
-        for name, test, must in rules:
-            problems += range_problems(f"{self.NAME}.{name}", getattr(self, name), test, must)
-        return problems
-
-
 @dataclasses.dataclass(frozen=True)
 class DataConfig(Section):
     """`config.data`: the corpus, its split sizes, lengths and how train is tokenized."""
@@ -93,6 +53,9 @@ class DataConfig(Section):
     max_source_length: int = 64
     max_target_length: int = 64
     max_train_examples: int | None = None
+    concat_weight: float = 0.0
+    concat_max_pairs: int = 3
+    concat_max_chars: int = 200
     max_eval_examples: int = 200
     max_test_examples: int | None = None
     detokenize: bool = False
@@ -123,6 +86,9 @@ class DataConfig(Section):
                     ("max_target_length", at_least(1), ">= 1 (tokens per target)"),
                     ("max_train_examples", at_least(1), ">= 1 (or unset for all)"),
                     ("max_eval_examples", at_least(1), ">= 1"),
+                    ("concat_weight", lambda v: 0 <= v < float("inf"), ">= 0 (0: off)"),
+                    ("concat_max_pairs", at_least(2), ">= 2 (pairs joined at most)"),
+                    ("concat_max_chars", at_least(2), ">= 2 (characters of a joined side)"),
                     ("max_test_examples", at_least(1), ">= 1 (or unset for all)"),
                     ("validation_size", at_least(1), ">= 1 (or unset)"),
                     ("noise_density", lambda v: 0 < v < 1, "in (0, 1) (T5: 0.15)"),

@@ -95,6 +95,25 @@ def _mixture_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
     return problems
 
 
+def concat_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
+    """Concatenated pairs (`data.concat_weight`): public translation training only."""
+    if not data.concat_weight:
+        return []
+    if dp.enabled:
+        return [
+            f"data.concat_weight={data.concat_weight:g} in a private run: each pair would sit "
+            "in several examples, which DP-SGD's per-example bound C does not cover. Set "
+            "data.concat_weight=0, or use it in a non-private run on public data."
+        ]
+    if data.objective != "translation":
+        return [
+            f"data.concat_weight={data.concat_weight:g} with data.objective="
+            f"{data.objective!r}: concatenation joins translation pairs; set "
+            "data.concat_weight=0."
+        ]
+    return []
+
+
 def objective_problems(run) -> list[str]:
     """A pre-training objective (`data.objective`) with mBART, or too few sentinels.
 
@@ -245,7 +264,7 @@ def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
         languages.parse_pair(data.pair)
     except ValueError as error:
         problems.append(f"data.pair={data.pair!r}: {error}")
-    mixture_problems = _mixture_problems(data, dp)
+    mixture_problems = _mixture_problems(data, dp) + concat_problems(data, dp)
     try:
         first = corpora.mixture.first_registry_name(data.corpus)
         accepted = corpora.accepted_options(first)

@@ -20,6 +20,7 @@ from dpnmt import models
 from dpnmt.config import RunConfig
 from dpnmt.config.sections import DataConfig, ModelConfig, TokenizerConfig
 from dpnmt.data import (
+    concatenation,
     corpora,
     dp_sentencepiece,
     groups,
@@ -61,6 +62,7 @@ def load_corpus(data: DataConfig) -> datasets.DatasetDict:
         # Not how many there were: the private split's exact size is not logged.
         logging.info("Keeping the first %d training pairs (data.max_train_examples).", limit)
         corpus["train"] = corpus["train"].select(range(limit))
+    corpus["train"] = concatenation.for_data(corpus["train"], data)  # Public runs only.
     return corpus
 
 
