@@ -12,12 +12,14 @@ side by side, so that long inputs in the everyday register are seen too.
 
 `data.concat_weight` w > 0 adds round(w * N) examples to the train split of N
 pairs (after `data.max_train_examples`), each the concatenation, in the same
-order on both sides, of k distinct short pairs, k uniform in
+order on both sides, of k short pairs with k different source sentences, k uniform in
 2..`data.concat_max_pairs` = m; sides are joined by a space (by nothing for
 languages written without spaces, e.g. Japanese). Short: both sides non-empty
-and at most `data.concat_max_chars` / m characters, so that a joined side has
-at most `concat_max_chars` characters (the WMT sample's long sentences are
-mostly left out, and a joined example is rarely truncated). The pairs kept as they are
+and at most (`data.concat_max_chars` - m + 1) / m characters, so that a
+joined side, spaces included, has at most `concat_max_chars` characters (the
+WMT sample's long sentences are mostly left out, and a joined example is
+rarely truncated); the first row of each source sentence only, so that no
+example repeats one (Tatoeba lists several translations of some). The pairs kept as they are
 and the new examples are shuffled together. Every draw comes from the fixed,
 public `CONCAT_SEED`: the data is public.
 
@@ -47,6 +49,17 @@ def joiner(language: str) -> str:
 def _short(text: str | None, longest: int) -> bool:
     text = (text or "").strip()
     return 0 < len(text) <= longest
+
+
+def _candidates(rows, sides: tuple[str, str], longest: int) -> list[int]:
+    """Short pairs' rows, the first of each source sentence (a group never repeats one)."""
+    seen, out = set(), []
+    for i, row in enumerate(rows):
+        source = (row[sides[0]] or "").strip()
+        if source not in seen and all(_short(row[lang], longest) for lang in sides):
+            seen.add(source)
+            out.append(i)
+    return out
 
 
 def draw_groups(
@@ -87,7 +100,7 @@ def concatenate_pairs(
       weight: new examples per train pair, > 0.
       max_pairs: most pairs in one new example, >= 2.
       max_chars: most characters of a joined side; each pair joined has at most
-        max_chars // max_pairs a side.
+        (max_chars - max_pairs + 1) // max_pairs a side.
       seed: the draws' seed (public).
 
     Returns:
@@ -106,17 +119,14 @@ def concatenate_pairs(
         )
     rows = train["translation"]
     sides = (pair.source, pair.target)
-    longest = max_chars // max_pairs
-    usable = np.array(
-        [i for i, row in enumerate(rows) if all(_short(row[lang], longest) for lang in sides)],
-        np.int64,
-    )
+    longest = (max_chars - (max_pairs - 1)) // max_pairs  # Room for the joiners.
+    usable = np.array(_candidates(rows, sides, longest), np.int64)
     if len(usable) < max_pairs:
-        raise ConfigError(
+        raise ConfigError(  # No count: the split may be private (decode --zero_shot).
             f"data.concat_max_pairs={max_pairs}, data.concat_max_chars={max_chars}: the train "
-            f"split has {len(usable)} pairs with both sides non-empty and at most {longest} "
-            "characters; raise data.concat_max_chars, lower data.concat_max_pairs, or set "
-            "data.concat_weight=0."
+            f"split has fewer than {max_pairs} pairs with both sides non-empty and at most "
+            f"{longest} characters; raise data.concat_max_chars, lower "
+            "data.concat_max_pairs, or set data.concat_weight=0."
         )
     rng = np.random.default_rng(seed)
     count = int(round(weight * len(rows)))

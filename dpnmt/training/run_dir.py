@@ -303,6 +303,9 @@ VOCABULARY_FIELDS = (
     "data.validation_size",
     "data.bsd_train_split",
     "data.max_train_examples",
+    "data.concat_weight",  # A vocabulary learnt from joined pairs sees a pair several times.
+    "data.concat_max_pairs",
+    "data.concat_max_chars",
     "tokenizer.",
     "noise_seed",
     "model.name_or_path",

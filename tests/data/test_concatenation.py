@@ -71,6 +71,17 @@ def test_only_short_non_empty_pairs_are_joined():
     assert sum(r["de"] == "x" * 30 for r in out["translation"]) == 1  # Kept, not joined.
 
 
+def test_joined_sides_fit_max_chars_and_never_repeat_a_source():
+    rows = [*((f"w{i:02d}", f"e{i:02d}") for i in range(30)), *(("w00", f"x{i}") for i in range(9))]
+    out = concatenation.concatenate_pairs(_split(rows), DE_EN, 3.0, 4, 15)  # <= 3 chars each.
+    joined = [r for r in out["translation"] if " " in r["de"]]
+    assert joined and all(len(r["de"]) <= 15 and len(r["en"]) <= 15 for r in joined)
+    for r in joined:
+        sources = r["de"].split(" ")
+        assert len(set(sources)) == len(sources), r
+        assert not any(t.startswith("x") for t in r["en"].split(" "))  # w00's first row only.
+
+
 def test_unspaced_languages_are_joined_without_a_space():
     rows = [(f"文{i}。", f"S{i}.") for i in range(6)]
     out = concatenation.concatenate_pairs(_split(rows, "ja-en"), parse_pair("ja-en"), 1.0, 2, 40)
@@ -145,3 +156,11 @@ def test_a_public_run_trains_on_the_joined_split_evaluation_untouched(folder):
     assert len(corpus["train"]) == 2 * len(ROWS)
     assert len(corpus["validation"]) == len(ROWS) and len(corpus["test"]) == len(ROWS)
     assert not any(" " in r["de"] for r in corpus["validation"]["translation"])
+
+
+def test_a_vocabulary_learnt_with_joined_pairs_binds_its_workdir_to_them():
+    """A workdir holding only a vocabulary refuses a run with other concat fields (or none)."""
+    from dpnmt.training import run_dir  # noqa: PLC0415
+
+    for field in ("data.concat_weight", "data.concat_max_pairs", "data.concat_max_chars"):
+        assert run_dir._depends_vocabulary(field), field
