@@ -62,7 +62,4 @@ def stage(c):
 
 
 def get_config(arg=None):
-    config = config_lib.make_config(arg or "nonprivate", stage)
-    if config.dp.enabled:
-        raise ValueError("public_de_en is the public stage: use the nonprivate variant.")
-    return config
+    return config_lib.public_stage_config(arg, stage, "public_de_en")

@@ -46,7 +46,4 @@ def _customize(c):
 
 
 def get_config(arg=None):
-    config = config_lib.make_config(arg or "nonprivate", _customize)
-    if config.dp.enabled:
-        raise ValueError("public_de_en_concat is a public stage: use the nonprivate variant.")
-    return config
+    return config_lib.public_stage_config(arg, _customize, "public_de_en_concat")

@@ -36,7 +36,4 @@ def _customize(c):
 
 
 def get_config(arg=None):
-    config = config_lib.make_config(arg or "nonprivate", _customize)
-    if config.dp.enabled:
-        raise ValueError("public_wmt_de_en is a public stage: use the nonprivate variant.")
-    return config
+    return config_lib.public_stage_config(arg, _customize, "public_wmt_de_en")

@@ -47,7 +47,4 @@ def _customize(c):
 
 
 def get_config(arg=None):
-    config = config_lib.make_config(arg or "nonprivate", _customize)
-    if config.dp.enabled:
-        raise ValueError("two_stage_public is the public stage: use the nonprivate variant.")
-    return config
+    return config_lib.public_stage_config(arg, _customize, "two_stage_public")

@@ -370,6 +370,20 @@ def make_config(
     return config
 
 
+def public_stage_config(
+    arg: str | None, customize: Callable[[ml_collections.ConfigDict], None], name: str
+) -> ml_collections.ConfigDict:
+    """`make_config` of a public stage: non-private by default; a DP variant is refused.
+
+    Raises:
+      ValueError: `arg` names a privacy variant (eps...): the stage's data are public.
+    """
+    config = make_config(arg or "nonprivate", customize)
+    if config.dp.enabled:
+        raise ValueError(f"{name} is a public stage: use the nonprivate variant.")
+    return config
+
+
 def lora_targets(config: ml_collections.ConfigDict) -> tuple[str, ...]:
     """`model.lora_targets` ("q, v") as names ("q", "v"): `ModelConfig.lora_target_names`."""
     return RunConfig.of(config).model.lora_target_names

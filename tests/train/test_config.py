@@ -222,3 +222,12 @@ def test_a_fixed_noise_seed_in_a_private_run_is_a_config_problem():
     assert "7" not in " ".join(p for p in problems if "noise_seed" in p)
     config.testing_only_fixed_noise_seed_NO_PRIVACY = True
     assert not RunConfig.build(config)[0].noise_seed_problems()
+
+
+def test_a_public_stage_is_non_private_by_default_and_refuses_dp():
+    from dpnmt import config_lib
+
+    config = config_lib.public_stage_config(None, lambda c: None, "my_stage")
+    assert not config.dp.enabled and config.dp.sampling == "shuffle"
+    with pytest.raises(ValueError, match="my_stage is a public stage"):
+        config_lib.public_stage_config("eps8", lambda c: None, "my_stage")
