@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -29,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import sentencepiece as spm
 
 from dpnmt.data.objectives import sentinel_pieces
+from dpnmt.errors import ConfigError
 from dpnmt.public_names import public_name
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -311,10 +313,25 @@ def sentencepiece_trainer_args(
 def _train_in_memory(text_source: dict[str, Any], **trainer_args) -> SentencePieceTokenizer:
     """Trains SentencePiece on `text_source` ({"input": paths} or {"sentence_iterator": it})."""
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        model_writer=model, **text_source, **sentencepiece_trainer_args(**trainer_args)
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            model_writer=model, **text_source, **sentencepiece_trainer_args(**trainer_args)
+        )
+    except RuntimeError as error:
+        raise _too_small(error, trainer_args.get("vocab_size")) or error from error
     return SentencePieceTokenizer(model.getvalue())
+
+
+def _too_small(error: RuntimeError, vocab_size) -> ConfigError | None:
+    """SentencePiece's "smaller than required_chars" as one line naming the fix; else None."""
+    found = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(error))
+    if not found:
+        return None
+    return ConfigError(
+        f"tokenizer.vocab_size={vocab_size} is too small for this text: SentencePiece needs a "
+        f"piece for each of its characters and the special pieces ({found.group(2)} here). "
+        "Raise tokenizer.vocab_size (--vocab_size in dpnmt.public_vocab), e.g. to 8000."
+    )
 
 
 def train_sentencepiece(

@@ -180,3 +180,14 @@ def test_a_saved_sentencepiece_model_holds_no_local_path(public_text_file, tmp_p
     again = tokenizers.SentencePieceTokenizer.load(str(tmp_path / "tokenizer.model"))
     assert again.fingerprint == tokenizer.fingerprint
     assert again.encode(TEXTS) == tokenizer.encode(TEXTS)
+
+
+def test_a_vocabulary_smaller_than_the_texts_characters_is_one_clear_error(tmp_path):
+    from dpnmt.errors import ConfigError
+
+    path = tmp_path / "ja.txt"  # 300 distinct characters; 64 pieces cannot hold them.
+    path.write_text("\n".join(chr(0x4E00 + i) * 3 for i in range(300)) + "\n", encoding="utf-8")
+    with pytest.raises(
+        ConfigError, match=r"vocab_size=64 is too small.*Raise tokenizer.vocab_size"
+    ):
+        tokenizers.train_sentencepiece([str(path)], vocab_size=64, byte_fallback=False)
