@@ -3,6 +3,7 @@
 The rules the data section alone can check are `dpnmt.config.DataConfig.problems`.
 """
 
+import functools
 import os
 import re
 
@@ -155,10 +156,19 @@ def objective_problems(run) -> list[str]:
 
 def _local_pretrained_tokenizer(model):
     """A local pretrained folder's tokenizer (None: not a local folder, or unreadable)."""
-    if not os.path.isdir(model.name_or_path or ""):
+    path = model.name_or_path or ""
+    if not os.path.isdir(path):
         return None
+    stamp = tuple(sorted((e.name, e.stat().st_mtime_ns) for e in os.scandir(path)))
+    return _load_local_tokenizer(path, stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_local_tokenizer(path: str, stamp: tuple):
+    """Loaded once per folder state (`stamp`: its files' names and times), not per check."""
+    del stamp
     try:
-        return tokenizers.load_pretrained_tokenizer(model.name_or_path)[0]
+        return tokenizers.load_pretrained_tokenizer(path)[0]
     except (OSError, ValueError):
         return None  # Named by the model files' problems.
 
