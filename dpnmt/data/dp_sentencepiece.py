@@ -45,13 +45,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-import sentencepiece as spm
 
-from dpnmt.data.tokenizers import (
-    SentencePieceTokenizer,
-    VocabularyRecord,
-    sentencepiece_trainer_args,
-)
+from dpnmt.data.spm_training import sentencepiece_trainer_args, train_model
+from dpnmt.data.tokenizers import SentencePieceTokenizer, VocabularyRecord
 from dpnmt.errors import ConfigError
 
 _SPECIAL_AND_BYTE_PIECES = 3 + 256  # pad, eos, unk; the 256 byte-fallback pieces.
@@ -321,7 +317,7 @@ def train_dp_sentencepiece(
             for word, count in survivors.items():
                 f.write(f"{word}\t{max(1, round(count))}\n")
         model_path = os.path.join(folder, "dp_spm")
-        spm.SentencePieceTrainer.train(
+        train_model(
             input=tsv_path,
             input_format="tsv",
             model_prefix=model_path,
