@@ -12,16 +12,16 @@ side by side, so that long inputs in the everyday register are seen too.
 
 `data.concat_weight` w > 0 adds round(w * N) examples to the train split of N
 pairs (after `data.max_train_examples`), each the concatenation, in the same
-order on both sides, of k short pairs with k different source sentences, k uniform in
-2..`data.concat_max_pairs` = m; sides are joined by a space (by nothing for
-languages written without spaces, e.g. Japanese). Short: both sides non-empty
-and at most (`data.concat_max_chars` - m + 1) / m characters, so that a
-joined side, spaces included, has at most `concat_max_chars` characters (the
-WMT sample's long sentences are mostly left out, and a joined example is
-rarely truncated); the first row of each source sentence only, so that no
-example repeats one (Tatoeba lists several translations of some). The pairs kept as they are
-and the new examples are shuffled together. Every draw comes from the fixed,
-public `CONCAT_SEED`: the data is public.
+order on both sides, of k short pairs with k different source sentences, k
+uniform in 2..`data.concat_max_pairs` = m; sides are joined by a space (by
+nothing for languages written without spaces, e.g. Japanese). Short: both
+sides non-empty and at most (`data.concat_max_chars` - m + 1) / m characters,
+so that a joined side, spaces included, has at most `concat_max_chars`
+characters (the WMT sample's long sentences are mostly left out, and a joined
+example is rarely truncated); the first row of each source sentence only, so
+that no example repeats one (Tatoeba lists several translations of some). The
+pairs kept as they are and the new examples are shuffled together. Every draw
+comes from the fixed, public `CONCAT_SEED`: the data is public.
 
 Non-private runs only (`dpnmt.data.checks`): a pair in several examples is
 one record in several rows of a lot, which the per-example bound C of DP-SGD
@@ -62,7 +62,7 @@ def _candidates(rows, sides: tuple[str, str], longest: int) -> list[int]:
     return out
 
 
-def draw_groups(
+def _draw_groups(
     candidates: np.ndarray, count: int, max_pairs: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
     """`count` groups of 2..max_pairs distinct rows of `candidates`, k uniform per group."""
@@ -104,8 +104,9 @@ def concatenate_pairs(
       seed: the draws' seed (public).
 
     Returns:
-      The split with `translation` ({source, target} only), len(train) + round(weight * len(train))
-      rows; its description says how many were joined and how.
+      The split with `translation` ({source, target} only) and
+      len(train) + round(weight * len(train)) rows; its description says how
+      many were joined and how.
 
     Raises:
       ConfigError: the split names privacy groups, or has fewer than
@@ -131,7 +132,7 @@ def concatenate_pairs(
     rng = np.random.default_rng(seed)
     count = int(round(weight * len(rows)))
     joined = []
-    for group in draw_groups(usable, count, max_pairs, rng):
+    for group in _draw_groups(usable, count, max_pairs, rng):
         joined.append(
             {lang: joiner(lang).join(rows[i][lang].strip() for i in group) for lang in sides}
         )
