@@ -27,8 +27,9 @@ step: one per L / b micro-batches.
     python -m benchmarks.mfu --tiny                            # seconds: the test's size
 
 Models: `multi30k` is `configs/multi30k.py`'s model (3+3 layers, d_model 256,
-tied embeddings, its 8,000-piece vocabulary) at its physical batch and its
-length-bucket shapes (`--batch_sizes`/`--seq_lens` do not apply); `t5-small`
+tied embeddings, its 8,000-piece vocabulary) at its length-bucket shapes
+(`--batch_sizes`/`--seq_lens` do not apply) and its physical batch, or at
+each of `--multi30k_batch_sizes` when given; `t5-small`
 and `mt5-small` are those architectures built from config (random weights, no
 download); `--tiny` shrinks every model to a few thousand parameters. Batches
 of one cell grow in the given order and stop at the first that does not fit
@@ -53,6 +54,9 @@ _MODELS = flags.DEFINE_list("models", ["multi30k"], "multi30k, t5-small, mt5-sma
 _MODES = flags.DEFINE_list("modes", ["jax", "ghost", "vmap"], "jax (non-private), ghost, vmap.")
 _DTYPES = flags.DEFINE_list("dtypes", ["float32"], "Parameter and compute dtypes.")
 _BATCHES = flags.DEFINE_list("batch_sizes", ["32"], "Physical batch sizes, ascending.")
+_MULTI30K_BATCHES = flags.DEFINE_list(
+    "multi30k_batch_sizes", None, "multi30k's physical batch sizes (default: its config's)."
+)
 _SEQS = flags.DEFINE_list("seq_lens", ["128"], "Source = target lengths (not multi30k).")
 _STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per mode (after 2 warm-up steps).")
 _PEAK_N = flags.DEFINE_integer("peak_n", 4096, "Side of the square matrices of the peak.")
@@ -270,13 +274,16 @@ def _cells(peaks: dict) -> list[dict]:
     for name in _MODELS.value:
         if name == "multi30k":
             spec, batch, shapes = _multi30k()
-            batches = [batch]
+            batches = [int(b) for b in _MULTI30K_BATCHES.value or [batch]]
         else:
             spec, batches = dict(SPECS[name]), [int(b) for b in _BATCHES.value]
             shapes = [(int(n), int(n)) for n in _SEQS.value]
         if _TINY.value:
             spec.update(TINY, vocab_size=TINY_VOCAB)
-            batches = [2, 4] if name != "multi30k" else [4]
+            if name != "multi30k":
+                batches = [2, 4]
+            elif not _MULTI30K_BATCHES.value:
+                batches = [4]
             shapes = [(8, 8)] if name != "multi30k" else [(n // 4, n // 4) for n, _ in shapes]
         config = model_config(spec)
         for dtype in _DTYPES.value:
@@ -328,8 +335,8 @@ def multi30k_epoch(rows: list[dict]) -> None:
         f"each bucket's share {MULTI30K_BUCKET_SHARES} x its measured step (micro-batches "
         "only: no lot padding, release, evaluation or compilation)"
     )
-    for dtype, mode in dict.fromkeys((r["dtype"], r["mode"]) for r in steps):
-        mine = [r for r in steps if (r["dtype"], r["mode"]) == (dtype, mode)]
+    for dtype, mode, batch in dict.fromkeys((r["dtype"], r["mode"], r["batch"]) for r in steps):
+        mine = [r for r in steps if (r["dtype"], r["mode"], r["batch"]) == (dtype, mode, batch)]
         if len(mine) != len(MULTI30K_BUCKET_SHARES):
             continue
         pairs = zip(MULTI30K_BUCKET_SHARES, mine, strict=True)
@@ -340,7 +347,7 @@ def multi30k_epoch(rows: list[dict]) -> None:
         mfu_pct = sum(t * r["mfu_pct"] for t, r in zip(seconds, mine, strict=True)) / total
         mfu_6nd = sum(t * r["mfu_6nd_pct"] for t, r in zip(seconds, mine, strict=True)) / total
         print(
-            f"  {dtype} {mode}: {total:.0f} s ({total / 60:.1f} min), "
+            f"  {dtype} {mode} batch {batch}: {total:.0f} s ({total / 60:.1f} min), "
             f"MFU {mfu_pct:.1f}% (XLA count), {mfu_6nd:.1f}% (6ND)"
         )
 

@@ -43,7 +43,7 @@ def test_gpu_script_tiny_prints_the_step_table(tmp_path):
         assert step_ms > 0 and mfu_pct > 0
     assert {row[4] for row in rows} == {"jax", "ghost"}
     assert any(line.startswith("One Multi30K epoch, DERIVED") for line in lines)
-    assert any("float32 ghost: " in line and "MFU" in line for line in lines)
+    assert any("float32 ghost batch 4: " in line and "MFU" in line for line in lines)
     assert any(line.startswith("Paper anchor (mT5-small, WMT-16") for line in lines)
 
 

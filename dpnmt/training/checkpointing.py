@@ -174,9 +174,10 @@ def restore_state(
     )
     check_binding(meta, noise_seed, run_id, run_dir.path)
     saved = meta["plan"]
+    compared = plan
     if "largest_group" not in saved:  # Saved before groups were read: not a change.
-        plan = dataclasses.replace(plan, largest_group=None)
-    if privacy.PrivacyPlan(**saved) != plan:
+        compared = dataclasses.replace(plan, largest_group=None)
+    if privacy.PrivacyPlan(**saved) != compared:
         raise ValueError(
             f"The resumed run's privacy plan {plan} differs from the checkpoint's "
             f"{meta['plan']} (changed data or library versions?); start a new workdir."
