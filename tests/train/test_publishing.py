@@ -1,0 +1,115 @@
+"""dpnmt.publish: a workdir's published text files only, finished runs only, no local paths."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dpnmt.errors import InputError
+from dpnmt.training import publishing
+
+
+def _write(path, text="{}"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _run(folder, finished=True):
+    _write(f"{folder}/config.json", json.dumps({"seed": 0}))
+    if finished is not None:
+        _write(f"{folder}/results.json", json.dumps({"finished": finished}))
+    _write(f"{folder}/metrics.jsonl", '{"step": 0}\n')
+    _write(f"{folder}/pretrained.json")
+    _write(f"{folder}/private/noise_seed", "123")
+    _write(f"{folder}/private/preprocessing.json")
+    _write(f"{folder}/checkpoints/100/_CHECKPOINT_METADATA.json")
+    _write(f"{folder}/tensorboard/events.out.tfevents.session-0001", "x")
+    _write(f"{folder}/tokenizer.model", "x")
+    _write(f"{folder}/.sweep.lock", "")
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    root = tmp_path / "sweep"
+    _write(f"{root}/sweep.json")
+    _write(f"{root}/private/jax_cache/x-cache.json")
+    _run(f"{root}/eps8-poisson/seed0")
+    _run(f"{root}/eps1-poisson/seed0", finished=None)  # Still running: no results.json.
+    _run(f"{root}/eps3-poisson/seed0", finished=False)  # Stopped.
+    _write(f"{root}/eps8-poisson/seed0/decode_test/hypotheses.test.txt", "A man .\n")
+    _write(f"{root}/report/table.md", "| a |\n")
+    return root
+
+
+def test_copies_finished_runs_published_text_only(sweep, tmp_path):
+    out = tmp_path / "out"
+    files, skipped = publishing.publish(str(sweep), str(out))
+    run = "eps8-poisson/seed0"
+    want = {
+        "sweep.json",
+        "report/table.md",
+        f"{run}/config.json",
+        f"{run}/results.json",
+        f"{run}/metrics.jsonl",
+        f"{run}/pretrained.json",
+        f"{run}/decode_test/hypotheses.test.txt",
+    }
+    assert set(files) == want
+    assert skipped == ["eps1-poisson/seed0", "eps3-poisson/seed0"]
+    copied = {
+        os.path.relpath(os.path.join(d, n), out) for d, _, names in os.walk(out) for n in names
+    }
+    assert copied == want
+    assert (out / run / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_a_local_path_in_any_file_copies_nothing(sweep, tmp_path):
+    _write(f"{sweep}/eps8-poisson/seed0/config.json", json.dumps({"workdir": str(sweep)}))
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="eps8-poisson/seed0/config.json names the local path"):
+        publishing.publish(str(sweep), str(out))
+    assert not out.exists()
+
+
+def test_home_folder_is_a_local_path(sweep, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/somebody")
+    _write(f"{sweep}/report/table.md", "made in /home/somebody/runs\n")
+    with pytest.raises(InputError, match="report/table.md names the local path '/home/somebody'"):
+        publishing.publish(str(sweep), str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("problem", ["missing", "inside", "nothing"])
+def test_bad_input_is_refused_before_writing(sweep, tmp_path, problem):
+    workdir, out = str(sweep), str(tmp_path / "out")
+    if problem == "missing":
+        workdir, match = str(tmp_path / "nope"), "is not a folder"
+    elif problem == "inside":
+        out, match = str(sweep / "published"), "lies inside --workdir"
+    else:
+        workdir, match = str(sweep / "eps1-poisson"), r"no finished run.*unfinished: seed0"
+    with pytest.raises(InputError, match=match):
+        publishing.publish(workdir, out)
+    assert not os.path.exists(out)
+
+
+def test_app_prints_what_it_copied_and_skipped(sweep, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "dpnmt.publish", f"--workdir={sweep}", f"--out={tmp_path / 'o'}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Copied 7 file(s)" in done.stdout
+    assert "Skipped eps3-poisson/seed0: not finished" in done.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "dpnmt.publish", f"--workdir={tmp_path / 'x'}", "--out=o"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "is not a folder" in bad.stderr
