@@ -152,6 +152,11 @@ def test_saturating_fit_recovers_a_known_curve_and_labels_extrapolation():
     rising = [{"epoch": e, "bleu": 0.5 * e} for e in epochs]
     assert "plateau not identified" in extrapolate.describe("run", rising)
     assert extrapolate.fit(epochs[:3], bleu[:3]) is None
+    # Falling towards 1 from above: written with a plus sign, and said to fall.
+    falling = [{"epoch": e, "bleu": 1 + 2 * np.exp(-e / 2.0)} for e in epochs]
+    line = extrapolate.describe("run", falling)
+    assert "(fit 1.00 + 2.00·exp(−epoch/2.00)" in line and "the fitted curve falls" in line
+    assert "−" not in line.split("(fit ")[1].split("·")[0]
 
 
 def test_app_needs_exactly_one_source_and_an_out_folder(tmp_path):

@@ -76,10 +76,12 @@ def describe(name: str, curve: list[dict], at_epochs: float | None = None) -> st
         if flattened
         else "plateau not identified (the curve has not flattened: τ > half the measured epochs)"
     )
+    sign = "−" if result.drop >= 0 else "+"  # A negative drop: the fitted curve falls.
+    falls = "" if result.drop >= 0 else "; the fitted curve falls"
     return (
         f"- {name}: measured validation BLEU {points[-1][1]:.2f} at epoch "
         f"{result.last_epoch:.1f}; {LABEL}: {result.at(target):.2f} at epoch {target:.1f}, "
-        f"{plateau} (fit {result.plateau:.2f} − "
-        f"{result.drop:.2f}·exp(−epoch/{result.scale:.2f}) to {result.num_points} points, "
-        f"rms residual {result.rms_residual:.2f} BLEU)."
+        f"{plateau} (fit {result.plateau:.2f} {sign} "
+        f"{abs(result.drop):.2f}·exp(−epoch/{result.scale:.2f}) to {result.num_points} points, "
+        f"rms residual {result.rms_residual:.2f} BLEU{falls})."
     )
