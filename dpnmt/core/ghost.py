@@ -44,7 +44,9 @@ with `w_b = min(1, C/‖g_b‖)`: one einsum (or scatter-add) per use, no second
 backward pass. Recognised calls are found with `flax.linen.intercept_methods`
 while `loss_fn` runs: parameters are matched by identity, so `loss_fn` must
 hand the trainable leaves to `module.apply` unchanged (merging them with frozen
-ones is fine; casting them is not, and only makes them fall back).
+ones is fine; casting them is not, and only makes them fall back). `loss_fn`
+must trace the same way in the analysis and the per-example pass: a handled
+leaf read outside a recognised call raises `PlanMismatchError` (`checked_pass`).
 
 This module finds the calls and drives the passes; `ghost_layers` recomputes a
 recognised call and gives its input rows (or patches); `ghost_norms` holds the
@@ -188,9 +190,10 @@ class _Interceptor:
         shadows: Sequence[chex.Array] | None = None,
         plan: Sequence[_Call] | None = None,
         perturbations: Sequence[chex.Array | None] = (),
+        leaves: Sequence[chex.Array] = (),
     ):
         self.leaf_index, self.shadows = leaf_index, shadows
-        self.plan, self.perturbations = plan, perturbations
+        self.plan, self.perturbations, self.leaves = plan, perturbations, leaves
         self.calls: list[_Call] = []
         self.captured: list[chex.Array | None] = []
 
@@ -220,6 +223,13 @@ class _Interceptor:
                 f"ghost clipping: module call {path!r} does not match the traced plan; "
                 "loss_fn must run the same modules in the same order for every example."
             )
+        for name, index in self.plan[number].roles:
+            if values[name] is not self.leaves[index]:
+                raise PlanMismatchError(
+                    f"ghost clipping: module {path!r} read other {name!r} values than when it "
+                    "was analysed; loss_fn must hand the same parameters to apply each time."
+                )
+            values[name] = self.shadows[index]
         y = _forward(kind, module, x, values)
         perturbation = self.perturbations[number]
         if perturbation is None:
@@ -262,11 +272,98 @@ def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], froze
         calls.extend(interceptor.calls)
         return loss
 
-    abstract = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves]
+    abstract = abstract_values(leaves)
     closed = jax.make_jaxpr(traced)(abstract, abstract, example, key)
     read_elsewhere = _used_leaves(closed.jaxpr, len(leaves))
     in_calls = {index for call in calls for _, index in call.roles}
     return calls, frozenset(in_calls - read_elsewhere)
+
+
+def abstract_values(tree: Any, drop: int = 0) -> Any:
+    """`ShapeDtypeStruct`s of `tree`'s leaves (weak types kept), less their first `drop` axes."""
+    return jax.tree.map(
+        lambda v: jax.ShapeDtypeStruct(v.shape[drop:], v.dtype, weak_type=jax.typeof(v).weak_type),
+        tree,
+    )
+
+
+def checked_pass(
+    run: Callable[..., tuple[chex.Array, list[chex.Array | None]]],
+    leaves: Sequence[chex.Array],
+    handled: frozenset[int],
+    zeros: Sequence[chex.Array | None],
+    paths: Sequence[str],
+    batch: Any,
+    keys: chex.Array | None,
+    spmd_axis_name: str | None,
+) -> tuple[chex.Array, list[Any], list[chex.Array], list[Any]]:
+    """The vmapped per-example pass of ghost clipping, evaluated from one checked trace.
+
+    `run(full, shadows, perturbations, example, key) -> (loss, captured)` runs
+    `loss_fn` on `full` (a value per trainable leaf); each recognised call
+    reads its handled leaf `i` as `full[i]`, computes with `shadows[i]` and adds
+    its perturbation. A handled leaf's gradient comes only from those calls, so
+    `run` is traced once, for one example, with the handled leaves in two
+    explicit slots (`full`'s, "real", and `shadows`): a trace that reads a real
+    slot (a `loss_fn` whose Python state, a call counter or a cache, changed
+    what it reads since the analysis) would lose that gradient term and is
+    refused. That very jaxpr then runs under `jax.vmap(jax.value_and_grad)`,
+    the handled leaves in both slots: what runs is what was checked.
+
+    Args:
+      run: the function above.
+      leaves: the trainable leaves.
+      handled: indices of the leaves read only through recognised calls.
+      zeros: per call of the plan, a zero perturbation of its output's shape
+        and dtype (None for a call without handled leaves).
+      paths: the leaves' parameter paths (for the error).
+      batch: pytree, every leaf `[B, ...]`.
+      keys: `[B]` per-example keys, or None.
+      spmd_axis_name: passed to `jax.vmap`.
+
+    Returns:
+      `(losses, captured, fallback_grads, out_grads)`: `[B]` losses; per call,
+      its captured `[B, ...]` input (or None); per fallback leaf (the others,
+      ascending), `[B, *leaf.shape]` gradients; per call, the `[B, *out_shape]`
+      gradient of its perturbation (or None).
+
+    Raises:
+      PlanMismatchError: the trace reads a handled leaf outside a recognised
+        call; the message names its path.
+    """
+    order = sorted(handled)
+    fallback = [i for i in range(len(leaves)) if i not in handled]
+
+    def per_example(real, shadows, diff, example, key):
+        fallback_leaves, perturbations = diff
+        given = dict(zip([*order, *fallback], [*real, *fallback_leaves], strict=True))
+        full = [given[i] for i in range(len(leaves))]
+        return run(full, dict(zip(order, shadows, strict=True)), perturbations, example, key)
+
+    held = [leaves[i] for i in order]
+    diff = ([leaves[i] for i in fallback], list(zeros))
+    abstract = abstract_values((held, held, diff)) + abstract_values((batch, keys), 1)
+    closed, out_shape = jax.make_jaxpr(per_example, return_shape=True)(*abstract)
+    read = sorted(_used_leaves(closed.jaxpr, len(order)))
+    if read:
+        raise PlanMismatchError(
+            "ghost clipping: the per-example trace of loss_fn reads "
+            f"{', '.join(paths[order[i]] for i in read)} outside the recognised module "
+            "calls, unlike its analysis (the gradient of that read would be lost); loss_fn "
+            "must trace the same way each time (no Python state, such as a call counter or "
+            "a cache, that changes what it reads)."
+        )
+    evaluate, out_tree = jax_core.jaxpr_as_fun(closed), jax.tree.structure(out_shape)
+
+    def checked(diff, example, key):
+        outputs = evaluate(*jax.tree.leaves((held, held, diff, example, key)))
+        return jax.tree.unflatten(out_tree, outputs)
+
+    in_axes = (None, 0, None if keys is None else 0)
+    (losses, captured), (fallback_grads, out_grads) = jax.vmap(
+        jax.value_and_grad(checked, has_aux=True), in_axes=in_axes, spmd_axis_name=spmd_axis_name
+    )(diff, batch, keys)
+    return losses, captured, fallback_grads, out_grads
 
 
 def _warn_fallback(names: Sequence[str]) -> None:
@@ -315,8 +412,7 @@ def ghost_clipped_sum(
     leaves, treedef = jax.tree_util.tree_flatten(params)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
     batch_size = mask.shape[0]
-    first = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), batch)
-    first_key = None if keys is None else jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype)
+    first, first_key = abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, leaves, treedef, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
     _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
@@ -326,24 +422,16 @@ def ghost_clipped_sum(
     ]
     zeros = [jnp.zeros(c.out_shape, c.out_dtype) if c.roles else None for c in plan]
 
-    def per_example(diff, example, key):
-        fallback_leaves, perturbations = diff
-        full = list(leaves)
-        for index, leaf in zip(fallback, fallback_leaves, strict=True):
-            full[index] = leaf
-        interceptor = _Interceptor(plan=plan, perturbations=perturbations)
+    def run(full, shadows, perturbations, example, key):
+        interceptor = _Interceptor(None, shadows, plan, perturbations, full)
         with nn.intercept_methods(interceptor):
             loss = clipping.call_loss(loss_fn, treedef.unflatten(full), example, key)
         interceptor.check_complete()
         return loss, interceptor.captured
 
-    grad_fn = jax.value_and_grad(per_example, has_aux=True)
-    in_axes = (None, 0, None if keys is None else 0)
-    diff = ([leaves[i] for i in fallback], zeros)
-    (losses, captured), (fallback_grads, out_grads) = jax.vmap(
-        grad_fn, in_axes=in_axes, spmd_axis_name=spmd_axis_name
-    )(diff, batch, keys)
-
+    losses, captured, fallback_grads, out_grads = checked_pass(
+        run, leaves, handled, zeros, paths, batch, keys, spmd_axis_name
+    )
     uses: dict[int, list[_Use]] = {i: [] for i in handled}
     for call, x, g in zip(plan, captured, out_grads, strict=True):
         for name, index in call.roles:

@@ -33,11 +33,16 @@ per-example randomness from the key `loss_fn` receives instead (e.g.
 `model.dropout(x, rngs=nnx.Rngs(dropout=key))`).
 
 `loss_fn` is traced twice (the analysis, then the per-example pass) and must
-trace the same way both times: Python state that changes what it reads (a call
-counter, a cache) can make the second pass read a recognised kernel directly,
-and that term is then missing from both the norm and the sum (the row stays
-clipped to C; its gradient is wrong). The linen path (`ghost`) has the same
-requirement.
+trace the same way both times; this is enforced (`ghost.checked_pass`, shared
+with linen). The per-example pass is traced once, for one example, with each
+handled parameter (read only through recognised calls in the analysis) as two
+explicit jaxpr inputs: the "real" one the model holds and the "shadow" the
+recognised calls compute with. If the jaxpr reads a real one, say because
+Python state (a call counter, a cache) made `loss_fn` read a kernel directly
+this time, whose gradient term would be missing from the norm and the sum,
+`PlanMismatchError` names the parameter (`private_grad_sum_nnx` then falls
+back to vmap clipping). Otherwise that same checked jaxpr is what runs under
+`jax.vmap(jax.value_and_grad(...))`: no third trace that could differ.
 """
 
 from __future__ import annotations
@@ -176,6 +181,8 @@ class _Recorder:
                 f"ghost clipping: layer {path!r} read other parameter values than when it was "
                 "analysed; loss_fn must not reassign the model's parameters."
             )
+        for name, index in call.roles:
+            values[name] = self.shadows[index]
         x, values = _promote(kind, layer, x, values)
         y = _forward(kind, layer, x, values)
         perturbation = self.perturbations[number]
@@ -259,7 +266,7 @@ def _analyse(loss_fn, graphdef, treedef, rest, leaves, example, key):
         calls.extend(recorder.calls)
         return loss, recorder.inputs  # outputs, so that `_check_not_leaked` sees them
 
-    abstract = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves]
+    abstract = ghost.abstract_values(leaves)
     closed = jax.make_jaxpr(traced)(abstract, abstract, example, key)
     _check_not_leaked(closed)
     read_elsewhere = ghost._used_leaves(closed.jaxpr, len(leaves))
@@ -351,8 +358,7 @@ def ghost_clipped_sum_nnx(
     graphdef, state, rest = split_model(model, nnx.Param if wrt is None else wrt)
     leaves, treedef = jax.tree_util.tree_flatten(state)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
-    first = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), batch)
-    first_key = None if keys is None else jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype)
+    first, first_key = ghost.abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, graphdef, treedef, rest, leaves, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
     _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
@@ -362,23 +368,18 @@ def ghost_clipped_sum_nnx(
     ]
     zeros = [jnp.zeros(c.out_shape, c.out_dtype) if c.roles else None for c in plan]
 
-    def per_example(diff, example, key):
-        fallback_leaves, perturbations = diff
-        full = list(leaves)
-        for index, leaf in zip(fallback, fallback_leaves, strict=True):
-            full[index] = leaf
+    def run(full, shadows, perturbations, example, key):
         model, layer_paths = _private_copy(graphdef, treedef.unflatten(full), rest)
-        recorder = _Recorder(layer_paths, plan=plan, perturbations=perturbations, leaves=full)
+        recorder = _Recorder(
+            layer_paths, shadows=shadows, plan=plan, perturbations=perturbations, leaves=full
+        )
         loss = _run_loss(loss_fn, model, recorder, example, key)
         recorder.check_complete()
         return loss, recorder.captured
 
-    grad_fn = jax.value_and_grad(per_example, has_aux=True)
-    in_axes = (None, 0, None if keys is None else 0)
-    diff = ([leaves[i] for i in fallback], zeros)
-    (losses, captured), (fallback_grads, out_grads) = jax.vmap(
-        grad_fn, in_axes=in_axes, spmd_axis_name=spmd_axis_name
-    )(diff, batch, keys)
+    losses, captured, fallback_grads, out_grads = ghost.checked_pass(
+        run, leaves, handled, zeros, paths, batch, keys, spmd_axis_name
+    )
     sums, norms = _clipped_sum(
         plan, handled, fallback, leaves, captured, out_grads, fallback_grads, mask, l2_clip
     )

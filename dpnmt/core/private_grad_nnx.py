@@ -72,8 +72,8 @@ def private_grad_sum_nnx(
         must depend on that example alone. Changes it makes to the model are
         discarded; draw per-example randomness from its `key`, not from an
         `nnx.Rngs` inside the model (flax then raises `TraceContextError`).
-        It is traced twice and must trace the same way both times
-        (`ghost_nnx`).
+        It is traced twice and must trace the same way both times (else
+        ghost clipping refuses it and this falls back to vmap; `ghost_nnx`).
       model: an `nnx.Module`, or the `(graphdef, *states)` of `nnx.split` (e.g.
         inside `jax.jit`). Not modified.
       batch: pytree, every leaf `[B, ...]`.

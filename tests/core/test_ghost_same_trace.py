@@ -1,0 +1,125 @@
+"""Ghost clipping refuses a loss_fn that traces differently after its analysis (linen and NNX).
+
+A loss_fn with Python state (here a trace counter) can read a recognised
+kernel directly in a later trace only. Before the check, that read's gradient
+term was missing from the norm and the sum: ghost clipping returned the vmap
+sum of the loss WITHOUT the term (verified on the code before the check), which
+the tests show differs from the right one. Now the per-example trace is checked
+and `ghost.PlanMismatchError` names the kernel; `private_grad_sum(_nnx)` falls
+back to vmap clipping and returns the right sum.
+"""
+
+import functools
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from dpnmt import core
+from dpnmt.core import ghost, ghost_nnx
+from dpnmt.core.private_grad_nnx import private_grad_sum_nnx
+
+ROWS, WIDTH, L2_CLIP = 6, 5, 1.0
+
+
+class _Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3, name="out")(jnp.tanh(nn.Dense(WIDTH, name="hidden")(x)))
+
+
+class _Nnx(nnx.Module):
+    def __init__(self, rngs):
+        self.hidden = nnx.Linear(4, WIDTH, rngs=rngs)
+        self.out = nnx.Linear(WIDTH, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(jnp.tanh(self.hidden(x)))
+
+
+def _linen_loss(p, x):
+    return jnp.sum(jnp.sin(_Linen().apply({"params": p}, x)))
+
+
+def _linen_kernel(p):
+    return p["hidden"]["kernel"]
+
+
+def _nnx_loss(model, x):
+    return jnp.sum(jnp.sin(model(x)))
+
+
+def _nnx_kernel(model):
+    return model.hidden.kernel.get_value()
+
+
+def _with_term(loss, kernel, direct_from=1):
+    """`loss` plus `0.1 Σ kernel` from its `direct_from`-th trace on (a read outside the layer)."""
+    traces = []
+
+    def loss_fn(params, x):
+        traces.append(None)
+        value = loss(params, x)
+        if len(traces) >= direct_from:
+            value = value + 0.1 * jnp.sum(kernel(params))
+        return value
+
+    return loss_fn
+
+
+def _linen_setup():
+    x = jax.random.normal(jax.random.key(0), (ROWS, 2, 4))
+    params = _Linen().init(jax.random.key(1), x[0])["params"]
+    return params, x, jnp.ones((ROWS,)).at[2].set(0.0)
+
+
+def _nnx_setup():
+    x = jax.random.normal(jax.random.key(0), (ROWS, 2, 4))
+    return _Nnx(nnx.Rngs(1)), x, jnp.ones((ROWS,)).at[2].set(0.0)
+
+
+_LINEN = (_linen_setup, _linen_loss, _linen_kernel, core.private_grad_sum, ghost.ghost_clipped_sum)
+_NNX = (_nnx_setup, _nnx_loss, _nnx_kernel, private_grad_sum_nnx, ghost_nnx.ghost_clipped_sum_nnx)
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_kernel_read_directly_only_after_the_analysis_is_refused_and_falls_back(api):
+    setup, loss, kernel, private_grad_sum, ghost_clipped_sum = api
+    params, x, mask = setup()
+    vmap = functools.partial(private_grad_sum, mask=mask, l2_clip=L2_CLIP, clipping="vmap")
+    want = vmap(_with_term(loss, kernel), params, x)
+    dropped = vmap(loss, params, x)  # What the unchecked ghost pass returned.
+    assert not np.allclose(want.norms, dropped.norms, rtol=1e-3)
+    assert not all(
+        map(np.allclose, jax.tree.leaves(want.grad_sum), jax.tree.leaves(dropped.grad_sum))
+    )
+
+    # Trace 1 analyses (no direct read: the kernel is left to the Dense call),
+    # trace 2 is the per-example pass, which reads it directly.
+    with pytest.raises(ghost.PlanMismatchError, match=r"\['hidden'\]\['kernel'\].*same way"):
+        ghost_clipped_sum(_with_term(loss, kernel, 2), params, x, mask, L2_CLIP, None)
+
+    # private_grad_sum traces once more first (its scalar-loss check): the read starts at 3.
+    with pytest.warns(ghost.GhostClippingWarning, match="PlanMismatchError"):
+        got = private_grad_sum(_with_term(loss, kernel, 3), params, x, mask, l2_clip=L2_CLIP)
+    chex.assert_trees_all_close(got.grad_sum, want.grad_sum, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got.norms, want.norms, rtol=1e-6)
+    np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
+
+
+def test_parameters_handed_to_apply_changed_after_the_analysis_are_refused():
+    params, x, mask = _linen_setup()
+    traces = []
+
+    def loss_fn(p, x):
+        traces.append(None)
+        if len(traces) >= 2:  # new values, not read from the leaves the analysis saw
+            p = jax.tree.map(jnp.zeros_like, p)
+        return _linen_loss(p, x)
+
+    with pytest.raises(ghost.PlanMismatchError, match="'kernel' values"):
+        ghost.ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
