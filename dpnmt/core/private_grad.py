@@ -60,11 +60,17 @@ def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
     """Ghost clipping, or vmap (with a warning) where loss_fn's layers cannot be intercepted."""
     try:
         return ghost.ghost_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
-    except ghost.UNINTERCEPTABLE as error:
+    except ghost.UNINTERCEPTABLE as caught:
+        error = caught
         reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    guess = (
+        "its layers differ from the analysed plan:"
+        if isinstance(error, ghost.PlanMismatchError)
+        else "it uses nn.scan, nn.vmap or another lifted transform?"
+    )
     warnings.warn(
-        "ghost clipping cannot intercept the layers of loss_fn (it uses nn.scan, nn.vmap "
-        f"or another lifted transform? {reason}); falling back to per-example gradients "
+        f"ghost clipping cannot intercept the layers of loss_fn ({guess} {reason}); "
+        "falling back to per-example gradients "
         "for all parameters (as clipping='vmap': same sum, B copies of the gradient in "
         "memory). Pass clipping='vmap' to choose this explicitly.",
         ghost.GhostClippingWarning,

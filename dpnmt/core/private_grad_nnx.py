@@ -119,10 +119,15 @@ def private_grad_sum_nnx(
             grad_sum, norms, losses = ghost_clipped_sum_nnx(*args, wrt=wrt)
         except ghost.UNINTERCEPTABLE as error:
             reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            guess = (
+                "its layers differ from the analysed plan:"
+                if isinstance(error, ghost.PlanMismatchError)
+                else "called inside a jax transform that closes over the model, such as "
+                "jax.checkpoint or a jax.lax.scan body?"
+            )
             warnings.warn(
-                "ghost clipping cannot capture the layers of loss_fn (called inside a jax "
-                "transform that closes over the model, such as jax.checkpoint or a "
-                f"jax.lax.scan body? {reason}); falling back to per-example gradients "
+                f"ghost clipping cannot capture the layers of loss_fn ({guess} {reason}); "
+                "falling back to per-example gradients "
                 "for all parameters (as clipping='vmap': same sum, B copies of the gradient).",
                 ghost.GhostClippingWarning,
                 stacklevel=2,

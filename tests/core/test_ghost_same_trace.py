@@ -104,7 +104,9 @@ def test_a_kernel_read_directly_only_after_the_analysis_is_refused_and_falls_bac
         ghost_clipped_sum(_with_term(loss, kernel, 2), params, x, mask, L2_CLIP, None)
 
     # private_grad_sum traces once more first (its scalar-loss check): the read starts at 3.
-    with pytest.warns(ghost.GhostClippingWarning, match="PlanMismatchError"):
+    with pytest.warns(
+        ghost.GhostClippingWarning, match="differ from the analysed plan: PlanMismatchError"
+    ):
         got = private_grad_sum(_with_term(loss, kernel, 3), params, x, mask, l2_clip=L2_CLIP)
     chex.assert_trees_all_close(got.grad_sum, want.grad_sum, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got.norms, want.norms, rtol=1e-6)
