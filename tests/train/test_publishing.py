@@ -113,3 +113,58 @@ def test_app_prints_what_it_copied_and_skipped(sweep, tmp_path):
     )
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "is not a folder" in bad.stderr
+
+
+@pytest.mark.parametrize("below", ["private", "private/decode_validation", "checkpoints"])
+def test_a_workdir_inside_a_never_published_folder_is_refused(sweep, tmp_path, below):
+    workdir = sweep / "eps8-poisson" / "seed0" / below
+    _write(f"{workdir}/hypotheses.validation.txt", "private sentence\n")
+    _write(f"{workdir}/results.json")
+    with pytest.raises(InputError, match=f"lies inside a {below.split('/')[0]}/ folder"):
+        publishing.publish(str(workdir), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("target", ["private/preprocessing.json", "private"])
+def test_symbolic_links_are_refused(sweep, tmp_path, target):
+    run = sweep / "eps8-poisson" / "seed0"
+    os.symlink(run / target, run / ("notes.json" if "." in target else "decode_test2"))
+    with pytest.raises(InputError, match="is a symbolic link"):
+        publishing.publish(str(sweep), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ("files:/data/corpus", True),
+        ("/scratch/models/t5", True),
+        ("https://huggingface.co/t5-small", False),
+        ("../exported/public_de_en", False),
+        ("s / epoch", False),
+    ],
+)
+def test_absolute_paths_in_json_strings(sweep, tmp_path, value, refused):
+    _write(f"{sweep}/eps8-poisson/seed0/config.json", json.dumps({"data": {"corpus": value}}))
+    if refused:
+        with pytest.raises(InputError, match=f"config.json names the local path '{value}'"):
+            publishing.publish(str(sweep), str(tmp_path / "out"))
+    else:
+        publishing.publish(str(sweep), str(tmp_path / "out"))
+
+
+def test_validation_outputs_of_a_carved_private_validation_are_refused(sweep, tmp_path):
+    run = sweep / "eps8-poisson" / "seed0"
+    results = {"finished": True, "validation_is_private": True, "privacy": {"private": True}}
+    _write(f"{run}/results.json", json.dumps(results))
+    _write(f"{run}/noise_to_signal.json")
+    _write(f"{run}/decode_validation/hypotheses.validation.txt", "private sentence\n")
+    with pytest.raises(InputError) as raised:
+        publishing.publish(str(sweep), str(tmp_path / "out"))
+    assert "noise_to_signal.json: measured on validation pairs carved" in str(raised.value)
+    assert "decode_validation/hypotheses.validation.txt" in str(raised.value)
+    assert not (tmp_path / "out").exists()
+    results["validation_is_private"] = False  # Its own public split: published.
+    _write(f"{run}/results.json", json.dumps(results))
+    files, _ = publishing.publish(str(sweep), str(tmp_path / "out"))
+    assert "eps8-poisson/seed0/noise_to_signal.json" in files
