@@ -27,9 +27,14 @@ against its 5-epoch run (do more epochs pay at a fixed ε?). With Adam and
 every example clipped (the measured regime, median norm ≫ C), C mostly
 rescales what Adam normalises away; C = 0.1 against 1 shows whether that holds
 here. Rule: the best final validation BLEU (ties within 0.5 BLEU: the lower
-final validation loss); the winners go unchanged into
-multi30k_from_public.py's DP_* / LORA_* constants, with the grid's reports in
-docs/results/standin_*.
+final validation loss; `dpnmt.report --tuning` applies it); the winners go
+unchanged into multi30k_from_public.py's DP_* / LORA_* constants, with the
+grid's runs in docs/results/standin/.
+
+As run (docs/results.md, "The stand-in grid"): at ε = 8, C 1 with lr 1e-3,
+3e-3 and 1e-2 (3e-3 beat 1e-3, so the grid went up to 1e-2, not down to
+3e-4), and C 0.1 at lr 1e-3 only (0.006 nats from C 1: not repeated).
+Winner: lr 3e-3, C 1. At ε = 1: C 1 with lr 3e-4, 1e-3, 3e-3.
 
 `model.pretrained_data_disjoint=True`: no private record was used to train the
 public model (the WMT sample is not Tatoeba); the two texts still share a few

@@ -3,6 +3,7 @@ r"""Writes a privacy/utility report: a sweep's Table 3 and plots, or one table o
     python -m dpnmt.report --workdir=runs/grid [--out=runs/grid/report]
     python -m dpnmt.report --runs='docs/results/a,docs/results/b/*' --out=docs/results/table
     python -m dpnmt.report --groups --runs=docs/results/groups_bsd/pair,... --out=OUT
+    python -m dpnmt.report --tuning --runs='docs/results/standin/*/*/seed0' --out=OUT
 
 `--workdir`: a sweep's folder: reads `<workdir>/sweep.json` (from `python -m dpnmt.sweep`) and
 each finished run's results.json; writes `table.md`, `table.csv`,
@@ -23,6 +24,12 @@ results.json; a run whose ε disagrees is refused before anything is written.
 `--groups` (with `--runs`): instead, the per-pair vs per-group table of
 finished runs (`dpnmt.sweeps.groups_table`: unit, N, L, k, σ, steps, ε per
 pair and per group, vocabulary, test BLEU) in `--out`/table.md.
+
+`--tuning` (with `--runs`): instead, a hyper-parameter grid's table
+(`dpnmt.sweeps.tuning_table`: learning rate, C, L, epochs, σ, ε, final
+validation loss and BLEU, test BLEU) with each ε's winner marked by the rule
+there (best validation BLEU, ties within 0.5 to the lower validation loss),
+in `--out`/table.md.
 """
 
 import os
@@ -36,6 +43,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "A sweep's --workdir, or one run
 _RUNS = flags.DEFINE_list("runs", None, "Run folders or globs (instead of --workdir).")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/report).")
 _GROUPS = flags.DEFINE_bool("groups", False, "--runs: the per-pair vs per-group table.")
+_TUNING = flags.DEFINE_bool("tuning", False, "--runs: a grid's table, its winners marked.")
 _SAMPLES = flags.DEFINE_integer("samples", 3, "--runs: test translations shown per run.")
 _EXTRAPOLATE_TO = flags.DEFINE_float(
     "extrapolate_to", None, "--runs: epoch to extrapolate to (default: twice each run's last)."
@@ -48,15 +56,19 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if (_WORKDIR.value is None) == (_RUNS.value is None):
         raise ConfigError("Give exactly one of --workdir (a sweep or run) or --runs (run folders).")
-    if _GROUPS.value and _RUNS.value is None:
-        raise ConfigError("--groups needs --runs: the run folders of the table.")
+    if _GROUPS.value and _TUNING.value:
+        raise ConfigError("Give at most one of --groups and --tuning.")
+    for name, given in (("groups", _GROUPS.value), ("tuning", _TUNING.value)):
+        if given and _RUNS.value is None:
+            raise ConfigError(f"--{name} needs --runs: the run folders of the table.")
     from dpnmt.sweeps import report  # noqa: PLC0415 - heavy (plots, accounting): not for --help.
 
     if _RUNS.value is not None:
         if _OUT.value is None:
             raise ConfigError("--runs needs --out: the folder to write the table to.")
-        if _GROUPS.value:
-            print(report.write_groups_report(_RUNS.value, _OUT.value))
+        if _GROUPS.value or _TUNING.value:
+            write = report.write_groups_report if _GROUPS.value else report.write_tuning_report
+            print(write(_RUNS.value, _OUT.value))
             print(f"Wrote {report.TABLE_MD} to {_OUT.value}")
             return
         markdown = report.write_runs_report(

@@ -85,6 +85,21 @@ def test_groups_tables_are_the_committed_runs_results():
         assert table.strip() == expected.strip(), folders
 
 
+def test_tuning_tables_are_the_committed_runs_results():
+    # Each `<!-- tuning table: FOLDER,FOLDER -->` marker is followed by the table (and the
+    # winners) that `dpnmt.report --tuning --runs=FOLDER,FOLDER` makes from those runs.
+    from dpnmt.sweeps import runs_table, tuning_table
+
+    markers = re.findall(r"<!-- tuning table: (\S+) -->\n((?:\|.*\n)+)", _text())
+    assert markers, "the stand-in grid's tuning table lost its marker"
+    for folders, table in markers:
+        paths = runs_table.expand([str(README.parent / f) for f in folders.split(",")])
+        runs, not_finished = runs_table.load_runs(paths)
+        assert runs and not not_finished, folders
+        expected = tuning_table.to_markdown([tuning_table.row(r) for r in runs]).split("\n\n")[0]
+        assert table.strip() == expected.strip(), folders
+
+
 def memorization_table(folder: pathlib.Path) -> str:
     """The memorization table of docs/results.md from each cell's published
     memorization.json and results.json (one folder a cell under `folder`)."""

@@ -176,3 +176,50 @@ def test_noise_to_signal_says_when_no_run_is_private(tmp_path):
     assert section.strip() == "No private run among these runs."
     private = report.write_runs_report([str(_copy(PRIVATE[0], tmp_path))], str(tmp_path / "o2"))
     assert "No private run" not in private
+
+
+def test_tuning_rule_prefers_bleu_then_the_lower_loss_among_ties():
+    from dpnmt.sweeps import tuning_table
+
+    def rows(*specs):
+        out = []
+        for run, bleu, loss, epsilon, finetune in specs:
+            out.append(
+                dict(run=run, validation_bleu=bleu, validation_loss=loss)
+                | dict(epsilon=epsilon, finetune=finetune)
+            )
+        return out
+
+    def chosen(specs):
+        marked = tuning_table.choose(rows(*specs))
+        return [r["run"] for r in marked if r["chosen"] == tuning_table.CHOSEN]
+
+    # A clear BLEU winner wins despite a higher loss.
+    assert chosen([("a", 5.0, 3.0, 8, "all"), ("b", 4.0, 2.0, 8, "all")]) == ["a"]
+    # Within 0.5 BLEU of the best: the lower loss wins.
+    assert chosen([("a", 5.0, 3.0, 8, "all"), ("b", 4.6, 2.0, 8, "all")]) == ["b"]
+    # One winner per (ε, fine-tuned parameters) group.
+    groups = [
+        ("a", 1.0, 3.0, 8, "all"),
+        ("b", 1.0, 2.0, 8, "all"),
+        ("c", 1.0, 3.0, 1, "all"),
+        ("d", 1.0, 2.5, 1, "all"),
+        ("e", 1.0, 2.0, 8, "lora"),
+    ]
+    assert chosen(groups) == ["b", "d", "e"]
+
+
+def test_tuning_table_reads_the_committed_grid_and_refuses_unfinished(tmp_path):
+    from dpnmt.sweeps import report, tuning_table
+
+    runs = str(RESULTS / "standin" / "*" / "eps8-poisson" / "seed0")
+    markdown = report.write_tuning_report([runs], str(tmp_path / "t"))
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("| run | fine-tuned | learning rate | C |")
+    body = [line.split(" | ") for line in lines[1:]]
+    assert len(body) >= 3 and sum(tuning_table.CHOSEN in row[-1] for row in body) == 1
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "results.json").write_text('{"finished": false}')
+    with pytest.raises(ConfigError, match="--tuning needs finished runs only"):
+        report.write_tuning_report([runs, str(unfinished)], str(tmp_path / "u"))

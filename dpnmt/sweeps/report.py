@@ -3,7 +3,7 @@
 import os
 
 from dpnmt.errors import ConfigError
-from dpnmt.sweeps import grid, groups_table, plots, runs_details, runs_table, summary
+from dpnmt.sweeps import grid, groups_table, plots, runs_details, runs_table, summary, tuning_table
 
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 FIGURES = ("bleu_vs_epsilon.png", "learning_curves.png", "epsilon_vs_step.png")
@@ -100,6 +100,29 @@ def write_runs_report(
         f.write(runs_table.to_csv(rows))
     curves = {run.name: runs_table.validation_curve(run) for run in runs}
     plots.curves_by_epoch(curves, os.path.join(out, RUNS_FIGURES[0]))
+    return markdown
+
+
+def write_tuning_report(patterns: list[str], out: str) -> str:
+    """Writes a grid's tuning table (`tuning_table`, its winners marked) to `out`/table.md.
+
+    Every private run's ε is recomputed with dp_accounting first; a run that
+    disagrees, is not finished, or validated on private pairs is refused
+    before anything is written.
+
+    Returns:
+      The Markdown written.
+    """
+    runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
+    if not runs or not_finished:
+        raise ConfigError(
+            f"--tuning needs finished runs only: {len(runs)} finished, not finished: "
+            f"{', '.join(not_finished) or 'none'}; finish or drop them."
+        )
+    markdown = tuning_table.to_markdown([tuning_table.row(run) for run in runs])
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, TABLE_MD), "w", encoding="utf-8") as f:
+        f.write(markdown)
     return markdown
 
 
