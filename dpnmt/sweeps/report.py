@@ -103,12 +103,12 @@ def write_runs_report(
     return markdown
 
 
-def write_tuning_report(patterns: list[str], out: str) -> str:
-    """Writes a grid's tuning table (`tuning_table`, its winners marked) to `out`/table.md.
+def _write_table(patterns: list[str], out: str, flag: str, table) -> str:
+    """Writes `table.to_markdown` of the finished runs `patterns` name to `out`/table.md.
 
     Every private run's ε is recomputed with dp_accounting first; a run that
-    disagrees, is not finished, or validated on private pairs is refused
-    before anything is written.
+    disagrees or is not finished (or that `table.row` refuses) stops it before
+    anything is written.
 
     Returns:
       The Markdown written.
@@ -116,33 +116,21 @@ def write_tuning_report(patterns: list[str], out: str) -> str:
     runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
     if not runs or not_finished:
         raise ConfigError(
-            f"--tuning needs finished runs only: {len(runs)} finished, not finished: "
+            f"--{flag} needs finished runs only: {len(runs)} finished, not finished: "
             f"{', '.join(not_finished) or 'none'}; finish or drop them."
         )
-    markdown = tuning_table.to_markdown([tuning_table.row(run) for run in runs])
+    markdown = table.to_markdown([table.row(run) for run in runs])
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, TABLE_MD), "w", encoding="utf-8") as f:
         f.write(markdown)
     return markdown
+
+
+def write_tuning_report(patterns: list[str], out: str) -> str:
+    """A grid's tuning table (`tuning_table`, each ε's winner marked) in `out`/table.md."""
+    return _write_table(patterns, out, "tuning", tuning_table)
 
 
 def write_groups_report(patterns: list[str], out: str) -> str:
-    """Writes the per-pair vs per-group table (`groups_table`) of the run folders to `out`/table.md.
-
-    Every private run's ε is recomputed with dp_accounting first; a run that
-    disagrees is refused before anything is written.
-
-    Returns:
-      The Markdown written.
-    """
-    runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
-    if not runs or not_finished:
-        raise ConfigError(
-            f"--groups needs finished runs only: {len(runs)} finished, not finished: "
-            f"{', '.join(not_finished) or 'none'}; finish or drop them."
-        )
-    markdown = groups_table.to_markdown([groups_table.row(run) for run in runs])
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, TABLE_MD), "w", encoding="utf-8") as f:
-        f.write(markdown)
-    return markdown
+    """The per-pair vs per-group table (`groups_table`) of the run folders in `out`/table.md."""
+    return _write_table(patterns, out, "groups", groups_table)
