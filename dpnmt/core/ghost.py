@@ -50,7 +50,8 @@ leaf read outside a recognised call raises `PlanMismatchError` (`checked_pass`).
 
 This module finds the calls and drives the passes; `ghost_layers` recomputes a
 recognised call and gives its input rows (or patches); `ghost_norms` holds the
-per-layer norm rules and the weighted sums.
+per-layer norm rules and the weighted sums; `ghost_trace` checks the
+per-example trace and runs it.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jax_core
 
 from dpnmt.core import clipping
 
@@ -93,14 +93,12 @@ from dpnmt.core.ghost_norms import materialise as _materialise  # noqa: F401
 from dpnmt.core.ghost_norms import prefer_ghost as _prefer_ghost
 from dpnmt.core.ghost_norms import uses_of as _uses_of
 from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum  # noqa: F401
+from dpnmt.core.ghost_trace import PlanMismatchError, abstract_values, checked_pass
+from dpnmt.core.ghost_trace import used_leaves as _used_leaves
 
 
 class GhostClippingWarning(UserWarning):
     """Ghost clipping falls back to per-example gradients (B copies) for some parameters."""
-
-
-class PlanMismatchError(RuntimeError):
-    """`loss_fn` ran other module calls than those found when it was analysed."""
 
 
 # Raised while tracing a loss whose module calls cannot be intercepted and
@@ -251,16 +249,6 @@ def _has_role(call: _Call, name: str) -> bool:
     return any(role == name for role, _ in call.roles)
 
 
-def _used_leaves(jaxpr: Any, count: int) -> set[int]:
-    """Indices of the first `count` inputs that `jaxpr` reads (conservatively)."""
-    invars = {v: i for i, v in enumerate(jaxpr.invars[:count])}
-    used = set()
-    for eqn in jaxpr.eqns:
-        used.update(invars[v] for v in eqn.invars if isinstance(v, jax_core.Var) and v in invars)
-    used.update(invars[v] for v in jaxpr.outvars if isinstance(v, jax_core.Var) and v in invars)
-    return used
-
-
 def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], frozenset[int]]:
     """Traces one example: the recognised calls, and the leaves they cover alone."""
     calls: list[_Call] = []
@@ -277,93 +265,6 @@ def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], froze
     read_elsewhere = _used_leaves(closed.jaxpr, len(leaves))
     in_calls = {index for call in calls for _, index in call.roles}
     return calls, frozenset(in_calls - read_elsewhere)
-
-
-def abstract_values(tree: Any, drop: int = 0) -> Any:
-    """`ShapeDtypeStruct`s of `tree`'s leaves (weak types kept), less their first `drop` axes."""
-    return jax.tree.map(
-        lambda v: jax.ShapeDtypeStruct(v.shape[drop:], v.dtype, weak_type=jax.typeof(v).weak_type),
-        tree,
-    )
-
-
-def checked_pass(
-    run: Callable[..., tuple[chex.Array, list[chex.Array | None]]],
-    leaves: Sequence[chex.Array],
-    handled: frozenset[int],
-    zeros: Sequence[chex.Array | None],
-    paths: Sequence[str],
-    batch: Any,
-    keys: chex.Array | None,
-    spmd_axis_name: str | None,
-) -> tuple[chex.Array, list[Any], list[chex.Array], list[Any]]:
-    """The vmapped per-example pass of ghost clipping, evaluated from one checked trace.
-
-    `run(full, shadows, perturbations, example, key) -> (loss, captured)` runs
-    `loss_fn` on `full` (a value per trainable leaf); each recognised call
-    reads its handled leaf `i` as `full[i]`, computes with `shadows[i]` and adds
-    its perturbation. A handled leaf's gradient comes only from those calls, so
-    `run` is traced once, for one example, with the handled leaves in two
-    explicit slots (`full`'s, "real", and `shadows`): a trace that reads a real
-    slot (a `loss_fn` whose Python state, a call counter or a cache, changed
-    what it reads since the analysis) would lose that gradient term and is
-    refused. That very jaxpr then runs under `jax.vmap(jax.value_and_grad)`,
-    the handled leaves in both slots: what runs is what was checked.
-
-    Args:
-      run: the function above.
-      leaves: the trainable leaves.
-      handled: indices of the leaves read only through recognised calls.
-      zeros: per call of the plan, a zero perturbation of its output's shape
-        and dtype (None for a call without handled leaves).
-      paths: the leaves' parameter paths (for the error).
-      batch: pytree, every leaf `[B, ...]`.
-      keys: `[B]` per-example keys, or None.
-      spmd_axis_name: passed to `jax.vmap`.
-
-    Returns:
-      `(losses, captured, fallback_grads, out_grads)`: `[B]` losses; per call,
-      its captured `[B, ...]` input (or None); per fallback leaf (the others,
-      ascending), `[B, *leaf.shape]` gradients; per call, the `[B, *out_shape]`
-      gradient of its perturbation (or None).
-
-    Raises:
-      PlanMismatchError: the trace reads a handled leaf outside a recognised
-        call; the message names its path.
-    """
-    order = sorted(handled)
-    fallback = [i for i in range(len(leaves)) if i not in handled]
-
-    def per_example(real, shadows, diff, example, key):
-        fallback_leaves, perturbations = diff
-        given = dict(zip([*order, *fallback], [*real, *fallback_leaves], strict=True))
-        full = [given[i] for i in range(len(leaves))]
-        return run(full, dict(zip(order, shadows, strict=True)), perturbations, example, key)
-
-    held = [leaves[i] for i in order]
-    diff = ([leaves[i] for i in fallback], list(zeros))
-    abstract = abstract_values((held, held, diff)) + abstract_values((batch, keys), 1)
-    closed, out_shape = jax.make_jaxpr(per_example, return_shape=True)(*abstract)
-    read = sorted(_used_leaves(closed.jaxpr, len(order)))
-    if read:
-        raise PlanMismatchError(
-            "ghost clipping: the per-example trace of loss_fn reads "
-            f"{', '.join(paths[order[i]] for i in read)} outside the recognised module "
-            "calls, unlike its analysis (the gradient of that read would be lost); loss_fn "
-            "must trace the same way each time (no Python state, such as a call counter or "
-            "a cache, that changes what it reads)."
-        )
-    evaluate, out_tree = jax_core.jaxpr_as_fun(closed), jax.tree.structure(out_shape)
-
-    def checked(diff, example, key):
-        outputs = evaluate(*jax.tree.leaves((held, held, diff, example, key)))
-        return jax.tree.unflatten(out_tree, outputs)
-
-    in_axes = (None, 0, None if keys is None else 0)
-    (losses, captured), (fallback_grads, out_grads) = jax.vmap(
-        jax.value_and_grad(checked, has_aux=True), in_axes=in_axes, spmd_axis_name=spmd_axis_name
-    )(diff, batch, keys)
-    return losses, captured, fallback_grads, out_grads
 
 
 def _warn_fallback(names: Sequence[str]) -> None:
