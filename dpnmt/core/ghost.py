@@ -46,7 +46,9 @@ while `loss_fn` runs: parameters are matched by identity, so `loss_fn` must
 hand the trainable leaves to `module.apply` unchanged (merging them with frozen
 ones is fine; casting them is not, and only makes them fall back). `loss_fn`
 must trace the same way in the analysis and the per-example pass: a handled
-leaf read outside a recognised call raises `PlanMismatchError` (`checked_pass`).
+leaf read outside a recognised call (`checked_pass`), or a recognised call
+whose output shape or dtype is not the analysed one (`check_output`), raises
+`PlanMismatchError`.
 
 This module finds the calls and drives the passes; `ghost_layers` recomputes a
 recognised call and gives its input rows (or patches); `ghost_norms` holds the
@@ -93,7 +95,7 @@ from dpnmt.core.ghost_norms import materialise as _materialise  # noqa: F401
 from dpnmt.core.ghost_norms import prefer_ghost as _prefer_ghost
 from dpnmt.core.ghost_norms import uses_of as _uses_of
 from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum  # noqa: F401
-from dpnmt.core.ghost_trace import PlanMismatchError, abstract_values, checked_pass
+from dpnmt.core.ghost_trace import PlanMismatchError, abstract_values, check_output, checked_pass
 from dpnmt.core.ghost_trace import used_leaves as _used_leaves
 
 
@@ -229,6 +231,7 @@ class _Interceptor:
                 )
             values[name] = self.shadows[index]
         y = _forward(kind, module, x, values)
+        check_output(path, y, self.plan[number].out_shape, self.plan[number].out_dtype)
         perturbation = self.perturbations[number]
         if perturbation is None:
             self.captured.append(None)

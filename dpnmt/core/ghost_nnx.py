@@ -41,8 +41,10 @@ recognised calls compute with. If the jaxpr reads a real one, say because
 Python state (a call counter, a cache) made `loss_fn` read a kernel directly
 this time, whose gradient term would be missing from the norm and the sum,
 `PlanMismatchError` names the parameter (`private_grad_sum_nnx` then falls
-back to vmap clipping). Otherwise that same checked jaxpr is what runs under
-`jax.vmap(jax.value_and_grad(...))`: no third trace that could differ.
+back to vmap clipping); so does a recognised call whose output shape or
+dtype is not the analysed one (`ghost_trace.check_output`). Otherwise that
+same checked jaxpr is what runs under `jax.vmap(jax.value_and_grad(...))`: no
+third trace that could differ.
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ class _Recorder:
             values[name] = self.shadows[index]
         x, values = _promote(kind, layer, x, values)
         y = _forward(kind, layer, x, values)
+        ghost_trace.check_output(path, y, call.out_shape, call.out_dtype)
         perturbation = self.perturbations[number]
         if perturbation is None:
             self.captured.append(None)

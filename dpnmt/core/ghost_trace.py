@@ -45,6 +45,23 @@ def used_leaves(jaxpr: Any, count: int) -> set[int]:
     return used
 
 
+def check_output(path: str, y: chex.Array, out_shape: tuple[int, ...], out_dtype: Any) -> None:
+    """Raises PlanMismatchError if a recognised call's output `y` is not the analysed one.
+
+    The perturbation added to `y` has the analysed `out_shape` and `out_dtype`:
+    were `y` larger, it would broadcast, and its gradient would be the sum of
+    the output gradients over the broadcast rows (a kernel would get
+    `(Σ_t A_t)ᵀ(Σ_t G_t)` for `Σ_t A_tᵀ G_t`: wrong norms and sum, no error).
+    """
+    if tuple(y.shape) != tuple(out_shape) or y.dtype != out_dtype:
+        raise PlanMismatchError(
+            f"ghost clipping: module call {path!r} gives {y.dtype}{list(y.shape)}, the "
+            f"analysed plan {out_dtype}{list(out_shape)}; loss_fn must trace "
+            "the same way each time (no Python state, such as a call counter or a cache, "
+            "that changes what it computes)."
+        )
+
+
 def check_not_leaked(closed: Any) -> None:
     """Raises PlanMismatchError if a call ran inside a transform that closes over the parameters.
 

@@ -6,7 +6,9 @@ term was missing from the norm and the sum: ghost clipping returned the vmap
 sum of the loss WITHOUT the term (verified on the code before the check), which
 the tests show differs from the right one. Now the per-example trace is checked
 and `ghost.PlanMismatchError` names the kernel; `private_grad_sum(_nnx)` falls
-back to vmap clipping and returns the right sum.
+back to vmap clipping and returns the right sum. The same holds for a
+recognised call whose output shape changed after the analysis (the plan's
+zero perturbation would broadcast).
 """
 
 import functools
@@ -20,7 +22,7 @@ import pytest
 from flax import nnx
 
 from dpnmt import core
-from dpnmt.core import ghost, ghost_nnx
+from dpnmt.core import ghost, ghost_nnx, ghost_trace
 from dpnmt.core.private_grad_nnx import private_grad_sum_nnx
 
 ROWS, WIDTH, L2_CLIP = 6, 5, 1.0
@@ -125,3 +127,48 @@ def test_parameters_handed_to_apply_changed_after_the_analysis_are_refused():
 
     with pytest.raises(ghost.PlanMismatchError, match="'kernel' values"):
         ghost.ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
+
+
+def _all_rows_from(loss, all_from):
+    """`loss` on the first row of each example before its `all_from`-th trace, on both after."""
+    traces = []
+
+    def loss_fn(params, x):
+        traces.append(None)
+        return loss(params, x if len(traces) >= all_from else x[:1])
+
+    return loss_fn
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_call_whose_output_shape_changed_after_the_analysis_is_refused_and_falls_back(api):
+    """The `[1, 5]` zero perturbation of the plan would broadcast over 2 rows, unchecked.
+
+    The kernel would then get `(Σ_t A_t)ᵀ(Σ_t G_t)` instead of `Σ_t A_tᵀ G_t`:
+    wrong norms and sum, and no error (so it was, before the check).
+    """
+    setup, loss, _, private_grad_sum, ghost_clipped_sum = api
+    params, x, mask = setup()
+    with pytest.raises(
+        ghost.PlanMismatchError,
+        match=r"'hidden' gives float32\[2, 5\], the analysed plan float32\[1, 5\]",
+    ):
+        ghost_clipped_sum(_all_rows_from(loss, 2), params, x, mask, L2_CLIP, None)
+
+    want = private_grad_sum(loss, params, x, mask, l2_clip=L2_CLIP, clipping="vmap")
+    with pytest.warns(
+        ghost.GhostClippingWarning, match=r"analysed plan: PlanMismatchError: .*'hidden' gives"
+    ):
+        got = private_grad_sum(_all_rows_from(loss, 3), params, x, mask, l2_clip=L2_CLIP)
+    chex.assert_trees_all_close(got.grad_sum, want.grad_sum, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got.norms, want.norms, rtol=1e-6)
+    np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
+
+
+def test_a_call_output_of_another_dtype_than_analysed_is_refused():
+    y = jnp.zeros((2, 3), jnp.bfloat16)
+    ghost_trace.check_output("out", y, (2, 3), jnp.dtype(jnp.bfloat16))
+    with pytest.raises(
+        ghost.PlanMismatchError, match=r"'out' gives bfloat16\[2, 3\].*float32\[2, 3\]"
+    ):
+        ghost_trace.check_output("out", y, (2, 3), jnp.dtype(jnp.float32))
