@@ -8,7 +8,10 @@ the tests show differs from the right one. Now the per-example trace is checked
 and `ghost.PlanMismatchError` names the kernel; `private_grad_sum(_nnx)` falls
 back to vmap clipping and returns the right sum. The same holds for a
 recognised call whose output shape changed after the analysis (the plan's
-zero perturbation would broadcast).
+zero perturbation would broadcast), a read hidden in a `jax.lax.cond` branch
+or a `jax.checkpoint`, and parameters replaced after the analysis. And
+`ghost_clipped_sum(_nnx)` traces loss_fn exactly twice (the analysis, the
+checked pass): what runs under vmap is what was checked, not a third trace.
 """
 
 import functools
@@ -59,15 +62,30 @@ def _nnx_kernel(model):
     return model.hidden.kernel.get_value()
 
 
-def _with_term(loss, kernel, direct_from=1):
-    """`loss` plus `0.1 Σ kernel` from its `direct_from`-th trace on (a read outside the layer)."""
+def _direct(term, x):
+    return term()
+
+
+def _in_cond(term, x):  # the kernel is read only inside the branch
+    return jax.lax.cond(jnp.all(jnp.isfinite(x)), term, lambda: jnp.zeros((), jnp.float32))
+
+
+def _in_checkpoint(term, x):
+    return jax.checkpoint(term)()
+
+
+def _with_term(loss, kernel, direct_from=1, wrap=_direct):
+    """`loss` plus `0.1 Σ kernel` from its `direct_from`-th trace on (a read outside the layer).
+
+    `wrap(term, x)` computes the term: directly, or inside a sub-computation.
+    """
     traces = []
 
     def loss_fn(params, x):
         traces.append(None)
         value = loss(params, x)
         if len(traces) >= direct_from:
-            value = value + 0.1 * jnp.sum(kernel(params))
+            value = value + wrap(lambda: 0.1 * jnp.sum(kernel(params)), x)
         return value
 
     return loss_fn
@@ -115,6 +133,30 @@ def test_a_kernel_read_directly_only_after_the_analysis_is_refused_and_falls_bac
     np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
 
 
+@pytest.mark.parametrize("wrap", [_in_cond, _in_checkpoint], ids=["cond", "checkpoint"])
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_kernel_read_only_inside_a_sub_computation_after_the_analysis_is_refused(api, wrap):
+    setup, loss, kernel, _, ghost_clipped_sum = api
+    params, x, mask = setup()
+    with pytest.raises(ghost.PlanMismatchError, match=r"\['hidden'\]\['kernel'\].*same way"):
+        ghost_clipped_sum(_with_term(loss, kernel, 2, wrap), params, x, mask, L2_CLIP, None)
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_ghost_clipped_sum_traces_loss_fn_exactly_twice(api):
+    """The analysis and the checked pass: what runs under vmap is the checked trace, no third."""
+    setup, loss, _, _, ghost_clipped_sum = api
+    params, x, mask = setup()
+    traces = []
+
+    def loss_fn(params, x):
+        traces.append(None)
+        return loss(params, x)
+
+    ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
+    assert len(traces) == 2
+
+
 def test_parameters_handed_to_apply_changed_after_the_analysis_are_refused():
     params, x, mask = _linen_setup()
     traces = []
@@ -127,6 +169,20 @@ def test_parameters_handed_to_apply_changed_after_the_analysis_are_refused():
 
     with pytest.raises(ghost.PlanMismatchError, match="'kernel' values"):
         ghost.ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
+
+
+def test_model_parameters_reassigned_after_the_analysis_are_refused_nnx():
+    model, x, mask = _nnx_setup()
+    traces = []
+
+    def loss_fn(model, x):
+        traces.append(None)
+        if len(traces) >= 2:  # loss_fn's copy of the model, given new values
+            model.hidden.kernel.set_value(jnp.zeros_like(model.hidden.kernel.get_value()))
+        return _nnx_loss(model, x)
+
+    with pytest.raises(ghost.PlanMismatchError, match="'hidden' read other parameter values"):
+        ghost_nnx.ghost_clipped_sum_nnx(loss_fn, model, x, mask, L2_CLIP, None)
 
 
 def _all_rows_from(loss, all_from):
