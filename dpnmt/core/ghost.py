@@ -95,7 +95,13 @@ from dpnmt.core.ghost_norms import materialise as _materialise  # noqa: F401
 from dpnmt.core.ghost_norms import prefer_ghost as _prefer_ghost
 from dpnmt.core.ghost_norms import uses_of as _uses_of
 from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum  # noqa: F401
-from dpnmt.core.ghost_trace import PlanMismatchError, abstract_values, check_output, checked_pass
+from dpnmt.core.ghost_trace import (
+    LeakedInputError,
+    PlanMismatchError,
+    abstract_values,
+    check_output,
+    checked_pass,
+)
 from dpnmt.core.ghost_trace import used_leaves as _used_leaves
 
 
@@ -104,9 +110,11 @@ class GhostClippingWarning(UserWarning):
 
 
 # Raised while tracing a loss whose module calls cannot be intercepted and
-# captured (calls inside `nn.scan`, `nn.vmap` or other lifted transforms leak
-# their traced inputs): `private_grad.private_grad_sum` then falls back to vmap.
-UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, PlanMismatchError)
+# captured (calls inside `nn.scan`, `nn.vmap` or other lifted transforms, or a
+# `jax.checkpoint` closing over the parameters, leak their traced inputs), or
+# that traces differently from its analysis: `private_grad.private_grad_sum`
+# then falls back to vmap.
+UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, LeakedInputError, PlanMismatchError)
 _warned: set[tuple[str, ...]] = set()
 
 

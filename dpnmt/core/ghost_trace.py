@@ -5,8 +5,9 @@ module calls and the trainable leaves read only through them ("handled"), then
 the per-example pass that perturbs those calls' outputs and captures their
 inputs. The second trace must compute what the first one found; this module
 checks that on the very jaxpr that then runs (`checked_pass`, with
-`used_leaves`: which jaxpr inputs a trace reads). `check_not_leaked` refuses a
-trace whose captured call inputs escaped an inner transform.
+`used_leaves`: which jaxpr inputs a trace reads, and `check_not_leaked`: no
+captured call input escaped an inner transform); the recognised calls check
+their own outputs against the analysis (`check_output`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from jax.extend import core as jax_core
 
 class PlanMismatchError(RuntimeError):
     """`loss_fn` ran other module calls than those found when it was analysed."""
+
+
+class LeakedInputError(RuntimeError):
+    """A recognised call ran inside an inner transform: its input cannot be captured."""
 
 
 def abstract_values(tree: Any, drop: int = 0) -> Any:
@@ -63,7 +68,7 @@ def check_output(path: str, y: chex.Array, out_shape: tuple[int, ...], out_dtype
 
 
 def check_not_leaked(closed: Any) -> None:
-    """Raises PlanMismatchError if a call ran inside a transform that closes over the parameters.
+    """Raises LeakedInputError if a call ran inside a transform that closes over the parameters.
 
     `closed` is a trace whose outputs are the loss, then the inputs of the
     recognised calls. The input of a call made inside `jax.checkpoint` or a
@@ -77,9 +82,10 @@ def check_not_leaked(closed: Any) -> None:
     consts = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
     for var in closed.jaxpr.outvars[1:]:
         if isinstance(var, jax_core.Var) and isinstance(consts.get(var), jax.core.Tracer):
-            raise PlanMismatchError(
+            raise LeakedInputError(
                 "ghost clipping: a layer's input was traced inside a transform that closes "
-                "over the model (jax.checkpoint, a jax.lax.scan body), where it cannot be captured."
+                "over the model or its parameters (jax.checkpoint, a jax.lax.scan body), where "
+                "it cannot be captured."
             )
 
 
@@ -103,8 +109,10 @@ def checked_pass(
     explicit slots (`full`'s, "real", and `shadows`): a trace that reads a real
     slot (a `loss_fn` whose Python state, a call counter or a cache, changed
     what it reads since the analysis) would lose that gradient term and is
-    refused. That very jaxpr then runs under `jax.vmap(jax.value_and_grad)`,
-    the handled leaves in both slots: what runs is what was checked.
+    refused; so is a captured input that escaped an inner transform
+    (`check_not_leaked`: under `jax.jit` it would fail only when the step
+    runs). That very jaxpr then runs under `jax.vmap(jax.value_and_grad)`, the
+    handled leaves in both slots: what runs is what was checked.
 
     Args:
       run: the function above.
@@ -126,6 +134,7 @@ def checked_pass(
     Raises:
       PlanMismatchError: the trace reads a handled leaf outside a recognised
         call (the message names its path), or `run` raised it.
+      LeakedInputError: a captured input escaped an inner transform.
     """
     order = sorted(handled)
     fallback = [i for i in range(len(leaves)) if i not in handled]
@@ -149,6 +158,7 @@ def checked_pass(
             "must trace the same way each time (no Python state, such as a call counter or "
             "a cache, that changes what it reads)."
         )
+    check_not_leaked(closed)
     evaluate, out_tree = jax_core.jaxpr_as_fun(closed), jax.tree.structure(out_shape)
 
     def checked(diff, example, key):
