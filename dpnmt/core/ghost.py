@@ -327,7 +327,6 @@ def ghost_clipped_sum(
     first, first_key = abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, leaves, treedef, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
-    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     plan = [
         dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
         for call in plan
@@ -344,6 +343,8 @@ def ghost_clipped_sum(
     losses, captured, fallback_grads, out_grads = checked_pass(
         run, leaves, handled, zeros, paths, batch, keys, spmd_axis_name
     )
+    # Warned only once the checked pass succeeded (if refused, the caller falls back for all).
+    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     uses: dict[int, list[_Use]] = {i: [] for i in handled}
     for call, x, g in zip(plan, captured, out_grads, strict=True):
         for name, index in call.roles:

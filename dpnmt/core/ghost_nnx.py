@@ -343,7 +343,6 @@ def ghost_clipped_sum_nnx(
     first, first_key = ghost_trace.abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, graphdef, treedef, rest, leaves, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
-    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     plan = [
         dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
         for call in plan
@@ -362,6 +361,8 @@ def ghost_clipped_sum_nnx(
     losses, captured, fallback_grads, out_grads = ghost_trace.checked_pass(
         run, leaves, handled, zeros, paths, batch, keys, spmd_axis_name
     )
+    # Warned only once the checked pass succeeded (if refused, the caller falls back for all).
+    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     sums, norms = _clipped_sum(
         plan, handled, fallback, leaves, captured, out_grads, fallback_grads, mask, l2_clip
     )

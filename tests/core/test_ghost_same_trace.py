@@ -11,10 +11,13 @@ recognised call whose output shape changed after the analysis (the plan's
 zero perturbation would broadcast), a read hidden in a `jax.lax.cond` branch
 or a `jax.checkpoint`, and parameters replaced after the analysis. And
 `ghost_clipped_sum(_nnx)` traces loss_fn exactly twice (the analysis, the
-checked pass): what runs under vmap is what was checked, not a third trace.
+checked pass): what runs under vmap is what was checked, not a third trace;
+a refused pass warns of the whole-batch fallback only.
 """
 
 import functools
+import importlib
+import warnings
 
 import chex
 import flax.linen as nn
@@ -50,16 +53,16 @@ def _linen_loss(p, x):
     return jnp.sum(jnp.sin(_Linen().apply({"params": p}, x)))
 
 
-def _linen_kernel(p):
-    return p["hidden"]["kernel"]
+def _linen_kernel(p, name="hidden"):
+    return p[name]["kernel"]
 
 
 def _nnx_loss(model, x):
     return jnp.sum(jnp.sin(model(x)))
 
 
-def _nnx_kernel(model):
-    return model.hidden.kernel.get_value()
+def _nnx_kernel(model, name="hidden"):
+    return getattr(model, name).kernel.get_value()
 
 
 def _direct(term, x):
@@ -228,3 +231,25 @@ def test_a_call_output_of_another_dtype_than_analysed_is_refused():
         ghost.PlanMismatchError, match=r"'out' gives bfloat16\[2, 3\].*float32\[2, 3\]"
     ):
         ghost_trace.check_output("out", y, (2, 3), jnp.dtype(jnp.float32))
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_refused_pass_warns_only_of_the_whole_batch_fallback(api, monkeypatch):
+    """The partial-fallback warning comes after the checked pass, never before a refusal."""
+    setup, loss, kernel, private_grad_sum, ghost_clipped_sum = api
+    monkeypatch.setattr(importlib.import_module(ghost_clipped_sum.__module__), "_warned", set())
+    params, x, mask = setup()
+    # ['out']['kernel'] is read directly in every trace (a partial fallback, warned);
+    # the hidden kernel too from the checked pass on (trace 3), which is refused.
+    partial = _with_term(loss, functools.partial(kernel, name="out"))
+
+    def warned(loss_fn):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            private_grad_sum(loss_fn, params, x, mask, l2_clip=L2_CLIP)
+        return [str(w.message) for w in caught if w.category is ghost.GhostClippingWarning]
+
+    (message,) = warned(_with_term(partial, kernel, 3))
+    assert "for all parameters" in message and "two or more axes" not in message
+    (message,) = warned(partial)  # not spent by the refused pass
+    assert "two or more axes" in message and "['out']['kernel']" in message
