@@ -46,11 +46,14 @@ while `loss_fn` runs: parameters are matched by identity, so `loss_fn` must
 hand the trainable leaves to `module.apply` unchanged (merging them with frozen
 ones is fine; casting them is not, and only makes them fall back). `loss_fn`
 must trace the same way in the analysis and the per-example pass: a handled
-leaf read outside a recognised call raises `PlanMismatchError` (`checked_pass`).
+leaf read outside a recognised call (`checked_pass`), or a recognised call
+whose output shape or dtype is not the analysed one (`check_output`), raises
+`PlanMismatchError`.
 
 This module finds the calls and drives the passes; `ghost_layers` recomputes a
 recognised call and gives its input rows (or patches); `ghost_norms` holds the
-per-layer norm rules and the weighted sums.
+per-layer norm rules and the weighted sums; `ghost_trace` checks the
+per-example trace and runs it.
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jax_core
 
 from dpnmt.core import clipping
 
@@ -93,20 +95,26 @@ from dpnmt.core.ghost_norms import materialise as _materialise  # noqa: F401
 from dpnmt.core.ghost_norms import prefer_ghost as _prefer_ghost
 from dpnmt.core.ghost_norms import uses_of as _uses_of
 from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum  # noqa: F401
+from dpnmt.core.ghost_trace import (
+    LeakedInputError,
+    PlanMismatchError,
+    abstract_values,
+    check_output,
+    checked_pass,
+)
+from dpnmt.core.ghost_trace import used_leaves as _used_leaves
 
 
 class GhostClippingWarning(UserWarning):
     """Ghost clipping falls back to per-example gradients (B copies) for some parameters."""
 
 
-class PlanMismatchError(RuntimeError):
-    """`loss_fn` ran other module calls than those found when it was analysed."""
-
-
 # Raised while tracing a loss whose module calls cannot be intercepted and
-# captured (calls inside `nn.scan`, `nn.vmap` or other lifted transforms leak
-# their traced inputs): `private_grad.private_grad_sum` then falls back to vmap.
-UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, PlanMismatchError)
+# captured (calls inside `nn.scan`, `nn.vmap` or other lifted transforms, or a
+# `jax.checkpoint` closing over the parameters, leak their traced inputs), or
+# that traces differently from its analysis: `private_grad.private_grad_sum`
+# then falls back to vmap.
+UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, LeakedInputError, PlanMismatchError)
 _warned: set[tuple[str, ...]] = set()
 
 
@@ -231,6 +239,7 @@ class _Interceptor:
                 )
             values[name] = self.shadows[index]
         y = _forward(kind, module, x, values)
+        check_output(path, y, self.plan[number].out_shape, self.plan[number].out_dtype)
         perturbation = self.perturbations[number]
         if perturbation is None:
             self.captured.append(None)
@@ -251,16 +260,6 @@ def _has_role(call: _Call, name: str) -> bool:
     return any(role == name for role, _ in call.roles)
 
 
-def _used_leaves(jaxpr: Any, count: int) -> set[int]:
-    """Indices of the first `count` inputs that `jaxpr` reads (conservatively)."""
-    invars = {v: i for i, v in enumerate(jaxpr.invars[:count])}
-    used = set()
-    for eqn in jaxpr.eqns:
-        used.update(invars[v] for v in eqn.invars if isinstance(v, jax_core.Var) and v in invars)
-    used.update(invars[v] for v in jaxpr.outvars if isinstance(v, jax_core.Var) and v in invars)
-    return used
-
-
 def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], frozenset[int]]:
     """Traces one example: the recognised calls, and the leaves they cover alone."""
     calls: list[_Call] = []
@@ -277,93 +276,6 @@ def _analyse(loss_fn, leaves, treedef, example, key) -> tuple[list[_Call], froze
     read_elsewhere = _used_leaves(closed.jaxpr, len(leaves))
     in_calls = {index for call in calls for _, index in call.roles}
     return calls, frozenset(in_calls - read_elsewhere)
-
-
-def abstract_values(tree: Any, drop: int = 0) -> Any:
-    """`ShapeDtypeStruct`s of `tree`'s leaves (weak types kept), less their first `drop` axes."""
-    return jax.tree.map(
-        lambda v: jax.ShapeDtypeStruct(v.shape[drop:], v.dtype, weak_type=jax.typeof(v).weak_type),
-        tree,
-    )
-
-
-def checked_pass(
-    run: Callable[..., tuple[chex.Array, list[chex.Array | None]]],
-    leaves: Sequence[chex.Array],
-    handled: frozenset[int],
-    zeros: Sequence[chex.Array | None],
-    paths: Sequence[str],
-    batch: Any,
-    keys: chex.Array | None,
-    spmd_axis_name: str | None,
-) -> tuple[chex.Array, list[Any], list[chex.Array], list[Any]]:
-    """The vmapped per-example pass of ghost clipping, evaluated from one checked trace.
-
-    `run(full, shadows, perturbations, example, key) -> (loss, captured)` runs
-    `loss_fn` on `full` (a value per trainable leaf); each recognised call
-    reads its handled leaf `i` as `full[i]`, computes with `shadows[i]` and adds
-    its perturbation. A handled leaf's gradient comes only from those calls, so
-    `run` is traced once, for one example, with the handled leaves in two
-    explicit slots (`full`'s, "real", and `shadows`): a trace that reads a real
-    slot (a `loss_fn` whose Python state, a call counter or a cache, changed
-    what it reads since the analysis) would lose that gradient term and is
-    refused. That very jaxpr then runs under `jax.vmap(jax.value_and_grad)`,
-    the handled leaves in both slots: what runs is what was checked.
-
-    Args:
-      run: the function above.
-      leaves: the trainable leaves.
-      handled: indices of the leaves read only through recognised calls.
-      zeros: per call of the plan, a zero perturbation of its output's shape
-        and dtype (None for a call without handled leaves).
-      paths: the leaves' parameter paths (for the error).
-      batch: pytree, every leaf `[B, ...]`.
-      keys: `[B]` per-example keys, or None.
-      spmd_axis_name: passed to `jax.vmap`.
-
-    Returns:
-      `(losses, captured, fallback_grads, out_grads)`: `[B]` losses; per call,
-      its captured `[B, ...]` input (or None); per fallback leaf (the others,
-      ascending), `[B, *leaf.shape]` gradients; per call, the `[B, *out_shape]`
-      gradient of its perturbation (or None).
-
-    Raises:
-      PlanMismatchError: the trace reads a handled leaf outside a recognised
-        call; the message names its path.
-    """
-    order = sorted(handled)
-    fallback = [i for i in range(len(leaves)) if i not in handled]
-
-    def per_example(real, shadows, diff, example, key):
-        fallback_leaves, perturbations = diff
-        given = dict(zip([*order, *fallback], [*real, *fallback_leaves], strict=True))
-        full = [given[i] for i in range(len(leaves))]
-        return run(full, dict(zip(order, shadows, strict=True)), perturbations, example, key)
-
-    held = [leaves[i] for i in order]
-    diff = ([leaves[i] for i in fallback], list(zeros))
-    abstract = abstract_values((held, held, diff)) + abstract_values((batch, keys), 1)
-    closed, out_shape = jax.make_jaxpr(per_example, return_shape=True)(*abstract)
-    read = sorted(_used_leaves(closed.jaxpr, len(order)))
-    if read:
-        raise PlanMismatchError(
-            "ghost clipping: the per-example trace of loss_fn reads "
-            f"{', '.join(paths[order[i]] for i in read)} outside the recognised module "
-            "calls, unlike its analysis (the gradient of that read would be lost); loss_fn "
-            "must trace the same way each time (no Python state, such as a call counter or "
-            "a cache, that changes what it reads)."
-        )
-    evaluate, out_tree = jax_core.jaxpr_as_fun(closed), jax.tree.structure(out_shape)
-
-    def checked(diff, example, key):
-        outputs = evaluate(*jax.tree.leaves((held, held, diff, example, key)))
-        return jax.tree.unflatten(out_tree, outputs)
-
-    in_axes = (None, 0, None if keys is None else 0)
-    (losses, captured), (fallback_grads, out_grads) = jax.vmap(
-        jax.value_and_grad(checked, has_aux=True), in_axes=in_axes, spmd_axis_name=spmd_axis_name
-    )(diff, batch, keys)
-    return losses, captured, fallback_grads, out_grads
 
 
 def _warn_fallback(names: Sequence[str]) -> None:
@@ -415,7 +327,6 @@ def ghost_clipped_sum(
     first, first_key = abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, leaves, treedef, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
-    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     plan = [
         dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
         for call in plan
@@ -432,6 +343,8 @@ def ghost_clipped_sum(
     losses, captured, fallback_grads, out_grads = checked_pass(
         run, leaves, handled, zeros, paths, batch, keys, spmd_axis_name
     )
+    # Warned only once the checked pass succeeded (if refused, the caller falls back for all).
+    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     uses: dict[int, list[_Use]] = {i: [] for i in handled}
     for call, x, g in zip(plan, captured, out_grads, strict=True):
         for name, index in call.roles:

@@ -33,16 +33,18 @@ per-example randomness from the key `loss_fn` receives instead (e.g.
 `model.dropout(x, rngs=nnx.Rngs(dropout=key))`).
 
 `loss_fn` is traced twice (the analysis, then the per-example pass) and must
-trace the same way both times; this is enforced (`ghost.checked_pass`, shared
-with linen). The per-example pass is traced once, for one example, with each
-handled parameter (read only through recognised calls in the analysis) as two
-explicit jaxpr inputs: the "real" one the model holds and the "shadow" the
+trace the same way both times; this is enforced (`ghost_trace.checked_pass`,
+shared with linen). The per-example pass is traced once, for one example, with
+each handled parameter (read only through recognised calls in the analysis) as
+two explicit jaxpr inputs: the "real" one the model holds and the "shadow" the
 recognised calls compute with. If the jaxpr reads a real one, say because
 Python state (a call counter, a cache) made `loss_fn` read a kernel directly
 this time, whose gradient term would be missing from the norm and the sum,
 `PlanMismatchError` names the parameter (`private_grad_sum_nnx` then falls
-back to vmap clipping). Otherwise that same checked jaxpr is what runs under
-`jax.vmap(jax.value_and_grad(...))`: no third trace that could differ.
+back to vmap clipping); so does a recognised call whose output shape or
+dtype is not the analysed one (`ghost_trace.check_output`). Otherwise that
+same checked jaxpr is what runs under `jax.vmap(jax.value_and_grad(...))`: no
+third trace that could differ.
 """
 
 from __future__ import annotations
@@ -56,9 +58,8 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jax_core
 
-from dpnmt.core import clipping, ghost
+from dpnmt.core import clipping, ghost, ghost_trace
 from dpnmt.core.ghost import GhostClippingWarning, PlanMismatchError
 from dpnmt.core.ghost_norms import (
     ATTEND,
@@ -185,6 +186,7 @@ class _Recorder:
             values[name] = self.shadows[index]
         x, values = _promote(kind, layer, x, values)
         y = _forward(kind, layer, x, values)
+        ghost_trace.check_output(path, y, call.out_shape, call.out_dtype)
         perturbation = self.perturbations[number]
         if perturbation is None:
             self.captured.append(None)
@@ -264,34 +266,14 @@ def _analyse(loss_fn, graphdef, treedef, rest, leaves, example, key):
         recorder = _Recorder(paths, {id(v): i for i, v in enumerate(leaves)}, shadows)
         loss = _run_loss(loss_fn, model, recorder, example, key)
         calls.extend(recorder.calls)
-        return loss, recorder.inputs  # outputs, so that `_check_not_leaked` sees them
+        return loss, recorder.inputs  # outputs, so that `check_not_leaked` sees them
 
-    abstract = ghost.abstract_values(leaves)
+    abstract = ghost_trace.abstract_values(leaves)
     closed = jax.make_jaxpr(traced)(abstract, abstract, example, key)
-    _check_not_leaked(closed)
-    read_elsewhere = ghost._used_leaves(closed.jaxpr, len(leaves))
+    ghost_trace.check_not_leaked(closed)
+    read_elsewhere = ghost_trace.used_leaves(closed.jaxpr, len(leaves))
     in_calls = {index for call in calls for _, index in call.roles}
     return calls, frozenset(in_calls - read_elsewhere)
-
-
-def _check_not_leaked(closed: Any) -> None:
-    """Raises PlanMismatchError if a call ran inside a transform that closes over the model.
-
-    The input of a call made inside `jax.checkpoint` or a `jax.lax.scan` body
-    is a tracer of that inner trace and cannot leave it. Outside `jax.jit`, JAX
-    raises UnexpectedTracerError at once; inside it, the escaped tracer is
-    taken as a constant of the analysis and the step would fail only when it
-    runs, beyond the vmap fallback. A call input that reaches the analysis as
-    a traced constant is refused here instead (an input closed over from an
-    outer trace is refused too: it only costs the fallback).
-    """
-    consts = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
-    for var in closed.jaxpr.outvars[1:]:
-        if isinstance(var, jax_core.Var) and isinstance(consts.get(var), jax.core.Tracer):
-            raise PlanMismatchError(
-                "ghost clipping: a layer's input was traced inside a transform that closes "
-                "over the model (jax.checkpoint, a jax.lax.scan body), where it cannot be captured."
-            )
 
 
 def _warn_fallback(names: Sequence[str]) -> None:
@@ -358,10 +340,9 @@ def ghost_clipped_sum_nnx(
     graphdef, state, rest = split_model(model, nnx.Param if wrt is None else wrt)
     leaves, treedef = jax.tree_util.tree_flatten(state)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
-    first, first_key = ghost.abstract_values((batch, keys), 1)
+    first, first_key = ghost_trace.abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, graphdef, treedef, rest, leaves, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
-    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     plan = [
         dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
         for call in plan
@@ -377,9 +358,11 @@ def ghost_clipped_sum_nnx(
         recorder.check_complete()
         return loss, recorder.captured
 
-    losses, captured, fallback_grads, out_grads = ghost.checked_pass(
+    losses, captured, fallback_grads, out_grads = ghost_trace.checked_pass(
         run, leaves, handled, zeros, paths, batch, keys, spmd_axis_name
     )
+    # Warned only once the checked pass succeeded (if refused, the caller falls back for all).
+    _warn_fallback([paths[i] for i in fallback if leaves[i].ndim >= 2])
     sums, norms = _clipped_sum(
         plan, handled, fallback, leaves, captured, out_grads, fallback_grads, mask, l2_clip
     )

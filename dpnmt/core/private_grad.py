@@ -66,7 +66,8 @@ def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
     guess = (
         "its layers differ from the analysed plan:"
         if isinstance(error, ghost.PlanMismatchError)
-        else "it uses nn.scan, nn.vmap or another lifted transform?"
+        else "it uses nn.scan, nn.vmap or another lifted transform, or a jax.checkpoint "
+        "closing over the parameters?"
     )
     warnings.warn(
         f"ghost clipping cannot intercept the layers of loss_fn ({guess} {reason}); "

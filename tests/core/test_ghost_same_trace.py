@@ -6,10 +6,18 @@ term was missing from the norm and the sum: ghost clipping returned the vmap
 sum of the loss WITHOUT the term (verified on the code before the check), which
 the tests show differs from the right one. Now the per-example trace is checked
 and `ghost.PlanMismatchError` names the kernel; `private_grad_sum(_nnx)` falls
-back to vmap clipping and returns the right sum.
+back to vmap clipping and returns the right sum. The same holds for a
+recognised call whose output shape changed after the analysis (the plan's
+zero perturbation would broadcast), a read hidden in a `jax.lax.cond` branch
+or a `jax.checkpoint`, and parameters replaced after the analysis. And
+`ghost_clipped_sum(_nnx)` traces loss_fn exactly twice (the analysis, the
+checked pass): what runs under vmap is what was checked, not a third trace;
+a refused pass warns of the whole-batch fallback only.
 """
 
 import functools
+import importlib
+import warnings
 
 import chex
 import flax.linen as nn
@@ -20,7 +28,7 @@ import pytest
 from flax import nnx
 
 from dpnmt import core
-from dpnmt.core import ghost, ghost_nnx
+from dpnmt.core import ghost, ghost_nnx, ghost_trace
 from dpnmt.core.private_grad_nnx import private_grad_sum_nnx
 
 ROWS, WIDTH, L2_CLIP = 6, 5, 1.0
@@ -45,27 +53,42 @@ def _linen_loss(p, x):
     return jnp.sum(jnp.sin(_Linen().apply({"params": p}, x)))
 
 
-def _linen_kernel(p):
-    return p["hidden"]["kernel"]
+def _linen_kernel(p, name="hidden"):
+    return p[name]["kernel"]
 
 
 def _nnx_loss(model, x):
     return jnp.sum(jnp.sin(model(x)))
 
 
-def _nnx_kernel(model):
-    return model.hidden.kernel.get_value()
+def _nnx_kernel(model, name="hidden"):
+    return getattr(model, name).kernel.get_value()
 
 
-def _with_term(loss, kernel, direct_from=1):
-    """`loss` plus `0.1 Σ kernel` from its `direct_from`-th trace on (a read outside the layer)."""
+def _direct(term, x):
+    return term()
+
+
+def _in_cond(term, x):  # the kernel is read only inside the branch
+    return jax.lax.cond(jnp.all(jnp.isfinite(x)), term, lambda: jnp.zeros((), jnp.float32))
+
+
+def _in_checkpoint(term, x):
+    return jax.checkpoint(term)()
+
+
+def _with_term(loss, kernel, direct_from=1, wrap=_direct):
+    """`loss` plus `0.1 Σ kernel` from its `direct_from`-th trace on (a read outside the layer).
+
+    `wrap(term, x)` computes the term: directly, or inside a sub-computation.
+    """
     traces = []
 
     def loss_fn(params, x):
         traces.append(None)
         value = loss(params, x)
         if len(traces) >= direct_from:
-            value = value + 0.1 * jnp.sum(kernel(params))
+            value = value + wrap(lambda: 0.1 * jnp.sum(kernel(params)), x)
         return value
 
     return loss_fn
@@ -113,6 +136,30 @@ def test_a_kernel_read_directly_only_after_the_analysis_is_refused_and_falls_bac
     np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
 
 
+@pytest.mark.parametrize("wrap", [_in_cond, _in_checkpoint], ids=["cond", "checkpoint"])
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_kernel_read_only_inside_a_sub_computation_after_the_analysis_is_refused(api, wrap):
+    setup, loss, kernel, _, ghost_clipped_sum = api
+    params, x, mask = setup()
+    with pytest.raises(ghost.PlanMismatchError, match=r"\['hidden'\]\['kernel'\].*same way"):
+        ghost_clipped_sum(_with_term(loss, kernel, 2, wrap), params, x, mask, L2_CLIP, None)
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_ghost_clipped_sum_traces_loss_fn_exactly_twice(api):
+    """The analysis and the checked pass: what runs under vmap is the checked trace, no third."""
+    setup, loss, _, _, ghost_clipped_sum = api
+    params, x, mask = setup()
+    traces = []
+
+    def loss_fn(params, x):
+        traces.append(None)
+        return loss(params, x)
+
+    ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
+    assert len(traces) == 2
+
+
 def test_parameters_handed_to_apply_changed_after_the_analysis_are_refused():
     params, x, mask = _linen_setup()
     traces = []
@@ -125,3 +172,84 @@ def test_parameters_handed_to_apply_changed_after_the_analysis_are_refused():
 
     with pytest.raises(ghost.PlanMismatchError, match="'kernel' values"):
         ghost.ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
+
+
+def test_model_parameters_reassigned_after_the_analysis_are_refused_nnx():
+    model, x, mask = _nnx_setup()
+    traces = []
+
+    def loss_fn(model, x):
+        traces.append(None)
+        if len(traces) >= 2:  # loss_fn's copy of the model, given new values
+            model.hidden.kernel.set_value(jnp.zeros_like(model.hidden.kernel.get_value()))
+        return _nnx_loss(model, x)
+
+    with pytest.raises(ghost.PlanMismatchError, match="'hidden' read other parameter values"):
+        ghost_nnx.ghost_clipped_sum_nnx(loss_fn, model, x, mask, L2_CLIP, None)
+
+
+def _all_rows_from(loss, all_from):
+    """`loss` on the first row of each example before its `all_from`-th trace, on both after."""
+    traces = []
+
+    def loss_fn(params, x):
+        traces.append(None)
+        return loss(params, x if len(traces) >= all_from else x[:1])
+
+    return loss_fn
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_call_whose_output_shape_changed_after_the_analysis_is_refused_and_falls_back(api):
+    """The `[1, 5]` zero perturbation of the plan would broadcast over 2 rows, unchecked.
+
+    The kernel would then get `(Σ_t A_t)ᵀ(Σ_t G_t)` instead of `Σ_t A_tᵀ G_t`:
+    wrong norms and sum, and no error (so it was, before the check).
+    """
+    setup, loss, _, private_grad_sum, ghost_clipped_sum = api
+    params, x, mask = setup()
+    with pytest.raises(
+        ghost.PlanMismatchError,
+        match=r"'hidden' gives float32\[2, 5\], the analysed plan float32\[1, 5\]",
+    ):
+        ghost_clipped_sum(_all_rows_from(loss, 2), params, x, mask, L2_CLIP, None)
+
+    want = private_grad_sum(loss, params, x, mask, l2_clip=L2_CLIP, clipping="vmap")
+    with pytest.warns(
+        ghost.GhostClippingWarning, match=r"analysed plan: PlanMismatchError: .*'hidden' gives"
+    ):
+        got = private_grad_sum(_all_rows_from(loss, 3), params, x, mask, l2_clip=L2_CLIP)
+    chex.assert_trees_all_close(got.grad_sum, want.grad_sum, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got.norms, want.norms, rtol=1e-6)
+    np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
+
+
+def test_a_call_output_of_another_dtype_than_analysed_is_refused():
+    y = jnp.zeros((2, 3), jnp.bfloat16)
+    ghost_trace.check_output("out", y, (2, 3), jnp.dtype(jnp.bfloat16))
+    with pytest.raises(
+        ghost.PlanMismatchError, match=r"'out' gives bfloat16\[2, 3\].*float32\[2, 3\]"
+    ):
+        ghost_trace.check_output("out", y, (2, 3), jnp.dtype(jnp.float32))
+
+
+@pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
+def test_a_refused_pass_warns_only_of_the_whole_batch_fallback(api, monkeypatch):
+    """The partial-fallback warning comes after the checked pass, never before a refusal."""
+    setup, loss, kernel, private_grad_sum, ghost_clipped_sum = api
+    monkeypatch.setattr(importlib.import_module(ghost_clipped_sum.__module__), "_warned", set())
+    params, x, mask = setup()
+    # ['out']['kernel'] is read directly in every trace (a partial fallback, warned);
+    # the hidden kernel too from the checked pass on (trace 3), which is refused.
+    partial = _with_term(loss, functools.partial(kernel, name="out"))
+
+    def warned(loss_fn):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            private_grad_sum(loss_fn, params, x, mask, l2_clip=L2_CLIP)
+        return [str(w.message) for w in caught if w.category is ghost.GhostClippingWarning]
+
+    (message,) = warned(_with_term(partial, kernel, 3))
+    assert "for all parameters" in message and "two or more axes" not in message
+    (message,) = warned(partial)  # not spent by the refused pass
+    assert "two or more axes" in message and "['out']['kernel']" in message
