@@ -28,6 +28,7 @@ between rows exactly. It runs the rows of a group one after another in the
 traced loss (k calls of `loss_fn`), so its compile time grows with k.
 """
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -126,7 +127,8 @@ def group_clipped_sum(
         `jax.random.split(dropout_key, G*k)[g*k+j]`.
       clipping: `"vmap"` (default: per-group gradients, G copies in memory) or
         `"ghost"` (book-keeping over the group's stacked rows; needs flax;
-        compile time grows with k, since it unrolls the k rows).
+        compile time grows with k, since it unrolls the k rows; where the
+        layers cannot be factorised, it warns and falls back to `"vmap"`).
 
     Returns:
       `PrivateGradSum(grad_sum, norms, mean_loss)`: the clipped sum (structure
@@ -159,10 +161,23 @@ def group_clipped_sum(
         rows, mask, group_keys = group
         return group_loss(params, rows, mask, group_keys)
 
+    ghosted = None
     if clipping == "ghost":
-        grad_sum, norms, sums = ghost.ghost_clipped_sum(
-            one_group, params, group_batch, group_mask, l2_clip, None
-        )
+        try:
+            ghosted = ghost.ghost_clipped_sum(
+                one_group, params, group_batch, group_mask, l2_clip, None
+            )
+        except ghost.UNINTERCEPTABLE as error:
+            warnings.warn(
+                "ghost clipping cannot factorise loss_fn's layers here "
+                f"({type(error).__name__}: {str(error).splitlines()[0]}); falling back to "
+                "per-group gradients (as clipping='vmap': the same sum, G copies of the "
+                "gradient in memory).",
+                ghost.GhostClippingWarning,
+                stacklevel=2,
+            )
+    if ghosted is not None:
+        grad_sum, norms, sums = ghosted
     else:
         sums, grads = jax.vmap(jax.value_and_grad(one_group), in_axes=(None, 0))(
             params, group_batch

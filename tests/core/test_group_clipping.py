@@ -197,3 +197,28 @@ def test_the_lot_s_loss_sum_counts_only_the_kept_groups_rows():
         dp_step.init(w), loss_fn, w, batch, row_mask, l2_clip=1.0, clipping="vmap"
     )
     assert float(loss_sum) == pytest.approx(2 * 9.0)  # Group 0's two rows, 9 each.
+
+
+def test_ghost_falls_back_to_vmap_when_the_loss_traces_differently():
+    # From its second trace on (the ghost analysis is the first, its checked pass the
+    # second) the loss reads a Dense kernel directly: ghost refuses it and the group
+    # sum falls back to per-group gradients, equal to the vmap method's.
+    params, batch, loss_fn = _setup(scale=3.0)
+    traces = {}  # One entry per trace: the parameters' tracer of that trace.
+
+    def drifting(p, row):
+        kernel = next(v for v in jax.tree.leaves(p) if v.ndim == 2 and v.shape[0] != v.shape[1])
+        traces.setdefault(id(kernel), len(traces))
+        loss = loss_fn(p, row)
+        return loss + 0.1 * jnp.sum(kernel) if traces[id(kernel)] >= 1 else loss
+
+    mask = jnp.asarray(MASK)
+    with pytest.warns(core_ghost.GhostClippingWarning, match="falling back to per-group"):
+        ghost = group_clipping.group_clipped_sum(
+            drifting, params, batch, mask, l2_clip=0.5, clipping="ghost"
+        )
+    vmap = group_clipping.group_clipped_sum(
+        drifting, params, batch, mask, l2_clip=0.5, clipping="vmap"
+    )
+    np.testing.assert_allclose(_flat(ghost.grad_sum), _flat(vmap.grad_sum), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ghost.norms, vmap.norms, rtol=1e-5)
