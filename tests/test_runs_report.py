@@ -223,3 +223,17 @@ def test_tuning_table_reads_the_committed_grid_and_refuses_unfinished(tmp_path):
     (unfinished / "results.json").write_text('{"finished": false}')
     with pytest.raises(ConfigError, match="--tuning needs finished runs only"):
         report.write_tuning_report([runs, str(unfinished)], str(tmp_path / "u"))
+
+
+def test_tuning_refuses_a_run_validated_on_private_pairs(tmp_path):
+    from dpnmt.sweeps import report
+
+    run = tmp_path / "carved"
+    shutil.copytree(RESULTS / "standin" / "lr3e-3_C1.0" / "eps8-poisson" / "seed0", run)
+    results = json.loads((run / "results.json").read_text())
+    assert results["privacy"]["private"] is True
+    results["validation_is_private"] = True
+    (run / "results.json").write_text(json.dumps(results))
+    with pytest.raises(ConfigError, match="carved from the private train split"):
+        report.write_tuning_report([str(run)], str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
