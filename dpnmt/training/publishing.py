@@ -7,8 +7,9 @@ metrics.jsonl, pretrained.json, vocabulary.json, noise_to_signal.json, a
 sweep's sweep.json and report, a decode's results and hypotheses). Never
 copied: `private/` (secret), `checkpoints/` and `tensorboard/` (large or
 binary; publishable, but not results), `tokenizer.model`, hidden files (a
-sweep's locks). A run folder (one with config.json) is copied only once
-its results.json says it finished: a running or stopped run has no result.
+sweep's locks), and a sweep.json with nothing published below it. A run
+folder (one with config.json) is copied only once its results.json says it
+finished: a running or stopped run has no result.
 
 Refused before anything is copied (every problem at once): a workdir inside
 `private/`, `checkpoints/` or `tensorboard/`; a symbolic link among the files
@@ -32,6 +33,7 @@ from dpnmt.training.run_dir import (
     NOISE_TO_SIGNAL_FILE,
     PRIVATE_DIR,
     RESULTS_FILE,
+    SWEEP_MANIFEST_FILE,
     TENSORBOARD_DIR,
 )
 
@@ -77,7 +79,14 @@ def published_files(workdir: str) -> tuple[list[str], list[str], list[str]]:
         for name in names:
             if not name.startswith(".") and name.endswith(PUBLISHED_SUFFIXES):
                 files.append(os.path.normpath(os.path.join(relative, name)))
-    return sorted(set(files) - set(links)), sorted(skipped), sorted(links)
+    files = set(files) - set(links)
+    # A sweep's manifest is copied only with something published below it (a finished run).
+    for manifest in [f for f in files if os.path.basename(f) == SWEEP_MANIFEST_FILE]:
+        folder = os.path.dirname(manifest)
+        below = [f for f in files if f != manifest and f.startswith(os.path.join(folder, ""))]
+        if not below:
+            files.discard(manifest)
+    return sorted(files), sorted(skipped), sorted(links)
 
 
 def local_paths(workdir: str) -> list[str]:

@@ -168,3 +168,14 @@ def test_validation_outputs_of_a_carved_private_validation_are_refused(sweep, tm
     _write(f"{run}/results.json", json.dumps(results))
     files, _ = publishing.publish(str(sweep), str(tmp_path / "out"))
     assert "eps8-poisson/seed0/noise_to_signal.json" in files
+
+
+def test_a_sweep_with_no_finished_run_leaves_its_manifest_behind(tmp_path):
+    root = tmp_path / "grid"
+    _write(f"{root}/done/sweep.json")
+    _run(f"{root}/done/eps8-poisson/seed0")
+    _write(f"{root}/running/sweep.json")
+    _run(f"{root}/running/eps8-poisson/seed0", finished=None)
+    files, skipped = publishing.publish(str(root), str(tmp_path / "out"))
+    assert "done/sweep.json" in files and "running/sweep.json" not in files
+    assert skipped == ["running/eps8-poisson/seed0"]
