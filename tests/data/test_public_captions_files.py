@@ -1,22 +1,19 @@
 """docs/results/public_captions/make_files.py: Multi30K's public validation cut in two."""
 
-import importlib.util
 import os
 import pathlib
 
 import pytest
 
 from dpnmt.data.overlap import normalised
+from tests.small_configs import config_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAKE_FILES = ROOT / "docs" / "results" / "public_captions" / "make_files.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("captions_make_files", MAKE_FILES)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(MAKE_FILES)  # Any .py file, freshly executed.
 
 
 def _corpus(folder, splits):

@@ -7,7 +7,6 @@ disjoint: the composed total is ε = 8 (parallel composition), accepted by the
 stage-composition checks for half B and refused for half A.
 """
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -23,7 +22,7 @@ from dpnmt.errors import ConfigError
 from dpnmt.training import pieces, preflight, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from tests.markers import needs_data
-from tests.small_configs import load_config
+from tests.small_configs import config_module, load_config
 from tests.train.test_added_sentinels import write_model_without_sentinels
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -31,10 +30,7 @@ MAKE_FILES = ROOT / "docs" / "results" / "span_then_translate" / "make_files.py"
 
 
 def _make_files():
-    spec = importlib.util.spec_from_file_location("make_files", MAKE_FILES)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(MAKE_FILES)  # Any .py file, freshly executed.
 
 
 def _epsilon(sigma, rate, steps, delta):

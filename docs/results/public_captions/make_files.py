@@ -25,19 +25,15 @@ import os
 import sys
 
 from dpnmt.data.overlap import normalised
+from dpnmt.data.text_files import read_parallel_text
 
 SIDES = ("de", "en")
 
 
 def read_pairs(folder: str, split: str) -> list[tuple[str, str]]:
     """(de, en) per line of `<split>.de` and `<split>.en` (line-aligned)."""
-    sides = []
-    for language in SIDES:
-        with open(os.path.join(folder, f"{split}.{language}"), encoding="utf-8") as f:
-            sides.append(f.read().splitlines())
-    if len(sides[0]) != len(sides[1]):
-        raise ValueError(f"{folder}/{split}.de and .en differ in length.")
-    return list(zip(*sides, strict=True))
+    paths = (os.path.join(folder, f"{split}.{language}") for language in SIDES)
+    return read_parallel_text(*paths)
 
 
 def _keys(pair: tuple[str, str]) -> set[tuple[str, str]]:
