@@ -118,7 +118,7 @@ def from_public_model(c, public_model: str) -> None:
     """Starts from an exported public model with its own tokenizer; its data declared disjoint."""
     c.model.name_or_path = public_model
     c.model.family = "none"  # No task prefix: the public stage trained without one.
-    c.model.pretrained_data_disjoint = True  # Public text, no line shared with the private split.
+    c.model.pretrained_data_disjoint = True  # Public data: no PAIR of the private split in it.
     c.tokenizer.kind = "auto"  # The export's own (public) tokenizer.
 
 

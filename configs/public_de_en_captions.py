@@ -6,8 +6,9 @@ another domain. Multi30K's validation split is PUBLIC (the data README), so a
 non-private stage may train on it without spending privacy: here on 507 of its
 captions (`files:multi30k_val_a`, the first half, cut by
 docs/results/public_captions/make_files.py), validated and tested on the other
-507 (held out: the DP rows validate on them too), never on Multi30K's train or
-test split. It starts from the public model's export with its own tokenizer.
+507 (held out: the DP rows validate on them too, so the stage's "test" score
+is on those pairs, not a separate figure), never on Multi30K's train or test
+split. It starts from the public model's export with its own tokenizer.
 
 Recipe, a guess not tuned on anything: L 128 (4 lots an epoch), 40 epochs
 (160 lots), lr 1e-3 with 16 warm-up lots then linear decay, label smoothing

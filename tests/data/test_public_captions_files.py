@@ -51,3 +51,23 @@ def test_out_inside_the_repository_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="inside the repository"):
         _module().make(str(source), str(inside))
     assert not inside.exists()
+
+
+@pytest.mark.parametrize(
+    ("validation", "test"),
+    [
+        # A join followed through: (w, z) shares z with (x, z), which shares x with A's (x, y).
+        ([("x", "y"), ("p", "q"), ("x", "z"), ("w", "z")], [("m", "n")]),
+        # A pair matching both A and test: its whole group leaves A.
+        ([("x", "y"), ("p", "q"), ("x", "t"), ("r", "s")], [("m", "t")]),
+        # A first-half pair moved out for test takes its group with it.
+        ([("x", "y"), ("x", "t"), ("p", "q"), ("r", "s")], [("m", "t")]),
+    ],
+)
+def test_groups_linked_by_a_sentence_stay_in_one_half(validation, test):
+    module = _module()
+    a, b = module.cut(validation, test)
+    assert sorted(a + b) == sorted(validation)  # Nothing dropped.
+    module.check(a, b, test)  # No sentence of A in B or in test.
+    keys = lambda pairs: {normalised(s) for pair in pairs for s in pair}  # noqa: E731
+    assert not keys(a) & keys(b) and not keys(a) & keys(test)

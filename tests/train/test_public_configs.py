@@ -27,7 +27,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.py"))
 PRIVATE_CORPORA = ("multi30k", "bsd")  # The private side of this project's runs.
 # Public splits of a private corpus, by name: each is written by a script whose tests
-# show it shares no sentence with the private split or the test split.
+# show it shares no sentence with the held-out split or the test split; it shares no
+# PAIR with the private split by the corpus's construction (deliberately not checked
+# against train: a cut that read the private split would depend on it).
 PUBLIC_SPLITS = {
     "files:multi30k_val_a": "half A of Multi30K's public validation split "
     "(docs/results/public_captions/make_files.py, tests/data/test_public_captions_files.py)",
@@ -238,3 +240,13 @@ def test_the_dp_rows_use_large_poisson_lots(epsilon):
         assert config.train.expected_lot_size >= 1024
     assert lora.model.finetune == "lora" and lora.model.lora_rank >= 1
     assert lora.train.learning_rate != full.train.learning_rate  # LoRA's own rate.
+
+
+def test_the_captions_rows_validate_on_the_held_out_half_only():
+    """The DP rows from the captions stage never validate on its training half A."""
+    stage = _get_config(ROOT / "configs" / "public_de_en_captions.py")
+    assert _names(stage.data.corpus) == {"files:multi30k_val_a"}
+    for variant in ("eps8", "eps1", "eps8,lora", "nonprivate"):
+        config = _get_config(ROOT / "configs" / "multi30k_from_captions.py", variant)
+        assert _names(config.data.corpus) == {"files:multi30k_heldout"}, variant
+        assert config.model.name_or_path.endswith("/public_de_en_captions"), variant

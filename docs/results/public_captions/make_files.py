@@ -11,13 +11,17 @@ Writes two `files:` folders under --out (never into the repository):
     the originals: the private train split and the scored test are unchanged,
     N = 29,000) with half B as validation: the DP rows' held-out captions.
 
-The cut: the first half of the validation pairs by line go to A, the rest to
-B, except that a pair sharing a normalised sentence (`dpnmt.data.overlap.
-normalised`, either side) with a pair of A joins A (B holds no sentence A
-trained on), and a pair of A sharing one with the test split moves to B (the
-stage never trains on a tested sentence). Validation is public, so neither
-half spends privacy; the README must still say which public data the DP rows'
-start saw.
+The cut (`cut`): pairs linked by a shared normalised sentence
+(`dpnmt.data.overlap.normalised`, either side, transitively) stay in one half;
+a group goes to A when its first pair lies in the first half of the lines and
+none of it shares a sentence with the test split, else to B. So B holds no
+sentence A trained on and the stage never trains on a tested sentence
+(`check` verifies both before anything is written). Train is deliberately
+never read: a cut that looked at the private split would make the public
+stage a function of private data. Multi30K's splits are disjoint as pairs by
+construction (split by image), not by any check here; a stock caption may
+still appear in both as text. Validation is public, so neither half spends
+privacy; the README must still say which public data the DP rows' start saw.
 """
 
 import argparse
@@ -40,19 +44,52 @@ def _keys(pair: tuple[str, str]) -> set[tuple[str, str]]:
     return {(language, normalised(text)) for language, text in zip(SIDES, pair, strict=True)}
 
 
+def _components(pairs: list[tuple[str, str]]) -> list[int]:
+    """For each pair, the first pair of its group: pairs linked by a shared normalised sentence."""
+    parent = list(range(len(pairs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_of: dict[tuple[str, str], int] = {}
+    for i, pair in enumerate(pairs):
+        for key in _keys(pair):
+            if key in first_of:
+                a, b = root(first_of[key]), root(i)
+                parent[max(a, b)] = min(a, b)
+            else:
+                first_of[key] = i
+    return [root(i) for i in range(len(pairs))]
+
+
 def cut(validation: list[tuple[str, str]], test: list[tuple[str, str]]) -> tuple[list, list]:
-    """(half A, half B) of the validation pairs, by the module's rule, in line order."""
+    """(half A, half B) of the validation pairs, in line order.
+
+    Pairs linked by a shared normalised sentence (transitively) form a group,
+    kept in one half: A when the group's first pair lies in the first half of
+    the lines and no pair of the group shares a sentence with test, else B.
+    So B holds no sentence of A, and A none of test.
+    """
     tested = set().union(*map(_keys, test)) if test else set()
-    first = set(range(len(validation) // 2))
-    in_a = {i for i in first if not _keys(validation[i]) & tested}
-    seen = set().union(*(_keys(validation[i]) for i in in_a)) if in_a else set()
-    for i in range(len(validation)):
-        if i not in in_a and i not in first and _keys(validation[i]) & seen:
-            if not _keys(validation[i]) & tested:
-                in_a.add(i)
-    a = [validation[i] for i in sorted(in_a)]
-    b = [validation[i] for i in range(len(validation)) if i not in in_a]
+    roots = _components(validation)
+    touches_test = {roots[i] for i, pair in enumerate(validation) if _keys(pair) & tested}
+    half = len(validation) // 2
+    in_a = [roots[i] < half and roots[i] not in touches_test for i in range(len(validation))]
+    a = [pair for pair, keep in zip(validation, in_a, strict=True) if keep]
+    b = [pair for pair, keep in zip(validation, in_a, strict=True) if not keep]
     return a, b
+
+
+def check(a: list, b: list, test: list) -> None:
+    """Raises SystemExit if A shares a normalised sentence with B or with test."""
+    keys_a = set().union(*map(_keys, a)) if a else set()
+    for name, other in (("the held-out half", b), ("the test split", test)):
+        shared = keys_a & (set().union(*map(_keys, other)) if other else set())
+        if shared:
+            raise SystemExit(f"half A shares {len(shared)} sentence(s) with {name}: a bug.")
 
 
 def _write(folder: str, split: str, pairs: list[tuple[str, str]]) -> None:
@@ -74,7 +111,11 @@ def make(source: str, out: str) -> tuple[int, int]:
     repository = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
     if os.path.commonpath([repository, os.path.abspath(out)]) == repository:
         raise SystemExit(f"--out={out!r} lies inside the repository: data never go there.")
-    a, b = cut(read_pairs(source, "validation"), read_pairs(source, "test"))
+    test = read_pairs(source, "test")
+    a, b = cut(read_pairs(source, "validation"), test)
+    check(a, b, test)
+    if os.path.realpath(source).startswith(os.path.realpath(out) + os.sep):
+        raise SystemExit(f"--multi30k={source!r} lies inside --out: give the original folder.")
     stage, heldout = os.path.join(out, "multi30k_val_a"), os.path.join(out, "multi30k_heldout")
     for folder in (stage, heldout):
         os.makedirs(folder, exist_ok=True)
