@@ -45,6 +45,33 @@ def normalised(line: str) -> str:
     return "".join(text.split())
 
 
+def sentence_groups(pairs: list[tuple[str, ...]]) -> list[int]:
+    """For each pair, the index of the first pair of its group.
+
+    Pairs are grouped when they share a `normalised` sentence on the same side
+    (position in the tuple), transitively: a cut that keeps each group in one
+    part leaves no sentence in two parts.
+    """
+    parent = list(range(len(pairs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_of: dict[tuple[int, str], int] = {}
+    for i, pair in enumerate(pairs):
+        for side, text in enumerate(pair):
+            key = (side, normalised(text))
+            if key in first_of:
+                a, b = root(first_of[key]), root(i)
+                parent[max(a, b)] = min(a, b)  # The root is the group's first pair.
+            else:
+                first_of[key] = i
+    return [root(i) for i in range(len(pairs))]
+
+
 def is_evidence(sentence: str) -> bool:
     """Whether a normalised sentence is long enough that sharing it is not chance.
 

@@ -71,3 +71,11 @@ def test_groups_linked_by_a_sentence_stay_in_one_half(validation, test):
     module.check(a, b, test)  # No sentence of A in B or in test.
     keys = lambda pairs: {normalised(s) for pair in pairs for s in pair}  # noqa: E731
     assert not keys(a) & keys(b) and not keys(a) & keys(test)
+
+
+def test_sentence_groups_link_pairs_transitively_by_side():
+    from dpnmt.data.overlap import sentence_groups
+
+    pairs = [("a", "b"), ("c", "d"), ("A ", "e"), ("f", "e"), ("b", "g")]
+    # 2 shares "a" with 0 (normalised), 3 shares "e" with 2; 4's "b" is on the other side.
+    assert sentence_groups(pairs) == [0, 1, 0, 0, 4]

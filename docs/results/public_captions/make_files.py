@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 
-from dpnmt.data.overlap import normalised
+from dpnmt.data.overlap import normalised, sentence_groups
 from dpnmt.data.text_files import read_parallel_text
 
 SIDES = ("de", "en")
@@ -44,27 +44,6 @@ def _keys(pair: tuple[str, str]) -> set[tuple[str, str]]:
     return {(language, normalised(text)) for language, text in zip(SIDES, pair, strict=True)}
 
 
-def _components(pairs: list[tuple[str, str]]) -> list[int]:
-    """For each pair, the first pair of its group: pairs linked by a shared normalised sentence."""
-    parent = list(range(len(pairs)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first_of: dict[tuple[str, str], int] = {}
-    for i, pair in enumerate(pairs):
-        for key in _keys(pair):
-            if key in first_of:
-                a, b = root(first_of[key]), root(i)
-                parent[max(a, b)] = min(a, b)
-            else:
-                first_of[key] = i
-    return [root(i) for i in range(len(pairs))]
-
-
 def cut(validation: list[tuple[str, str]], test: list[tuple[str, str]]) -> tuple[list, list]:
     """(half A, half B) of the validation pairs, in line order.
 
@@ -74,7 +53,7 @@ def cut(validation: list[tuple[str, str]], test: list[tuple[str, str]]) -> tuple
     So B holds no sentence of A, and A none of test.
     """
     tested = set().union(*map(_keys, test)) if test else set()
-    roots = _components(validation)
+    roots = sentence_groups(validation)
     touches_test = {roots[i] for i, pair in enumerate(validation) if _keys(pair) & tested}
     half = len(validation) // 2
     in_a = [roots[i] < half and roots[i] not in touches_test for i in range(len(validation))]

@@ -30,7 +30,7 @@ import os
 import shutil
 import sys
 
-from dpnmt.data.overlap import normalised
+from dpnmt.data.overlap import sentence_groups
 
 SIDES = ("de", "en")
 
@@ -48,25 +48,9 @@ def read_pairs(folder: str, split: str) -> list[tuple[str, str]]:
 
 def halves(pairs: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
     """(indices of half A, of half B): even/odd, pairs sharing a normalised sentence together."""
-    parent = list(range(len(pairs)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first_of: dict[tuple[str, str], int] = {}
-    for i, pair in enumerate(pairs):
-        for language, text in zip(SIDES, pair, strict=True):
-            key = (language, normalised(text))
-            if key in first_of:
-                a, b = root(first_of[key]), root(i)
-                parent[max(a, b)] = min(a, b)  # The root is the component's first pair.
-            else:
-                first_of[key] = i
-    a = [i for i in range(len(pairs)) if root(i) % 2 == 0]
-    b = [i for i in range(len(pairs)) if root(i) % 2 == 1]
+    roots = sentence_groups(pairs)
+    a = [i for i in range(len(pairs)) if roots[i] % 2 == 0]
+    b = [i for i in range(len(pairs)) if roots[i] % 2 == 1]
     return a, b
 
 
