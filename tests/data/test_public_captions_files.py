@@ -51,3 +51,26 @@ def test_out_inside_the_repository_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="inside the repository"):
         _module().make(str(source), str(inside))
     assert not inside.exists()
+
+
+def test_distinct_pairs_are_cut_into_exact_halves_and_train_is_only_linked(tmp_path):
+    """Multi30K's case (no sentence shared): A = the first half by line, B = the rest."""
+    validation = [(f"de {i}", f"en {i}") for i in range(6)]
+    source = tmp_path / "multi30k"
+    _corpus(source, {"train": [("t", "u"), ("v", "w")], "validation": validation, "test": []})
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    module = _module()
+    assert module.make(str(source), str(tmp_path / "out")) == (3, 3)
+    stage = tmp_path / "out" / module.STAGE_FOLDER
+    heldout = tmp_path / "out" / module.HELDOUT_FOLDER
+    for language, k in (("de", 0), ("en", 1)):
+        assert (stage / f"train.{language}").read_text().splitlines() == [
+            p[k] for p in validation[:3]
+        ]
+        b = (heldout / f"validation.{language}").read_text().splitlines()
+        assert b == [p[k] for p in validation[3:]]
+        assert (stage / f"validation.{language}").read_text().splitlines() == b
+        assert (stage / f"test.{language}").read_text().splitlines() == b
+        link = heldout / f"train.{language}"
+        assert os.path.islink(link) and os.path.samefile(link, source / f"train.{language}")
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before  # Source untouched.

@@ -22,12 +22,13 @@ start saw.
 
 import argparse
 import os
-import sys
 
 from dpnmt.data.overlap import normalised
 from dpnmt.data.text_files import read_parallel_text
 
 SIDES = ("de", "en")
+STAGE_FOLDER = "multi30k_val_a"  # configs/public_de_en_captions.py's corpus.
+HELDOUT_FOLDER = "multi30k_heldout"  # configs/multi30k_from_captions.py's corpus.
 
 
 def read_pairs(folder: str, split: str) -> list[tuple[str, str]]:
@@ -71,11 +72,11 @@ def _link(folder: str, split: str, source: str) -> None:
 
 def make(source: str, out: str) -> tuple[int, int]:
     """Writes both folders under `out`; returns (|A|, |B|)."""
-    repository = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
-    if os.path.commonpath([repository, os.path.abspath(out)]) == repository:
+    repository = os.path.realpath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
+    if os.path.commonpath([repository, os.path.realpath(out)]) == repository:
         raise SystemExit(f"--out={out!r} lies inside the repository: data never go there.")
     a, b = cut(read_pairs(source, "validation"), read_pairs(source, "test"))
-    stage, heldout = os.path.join(out, "multi30k_val_a"), os.path.join(out, "multi30k_heldout")
+    stage, heldout = os.path.join(out, STAGE_FOLDER), os.path.join(out, HELDOUT_FOLDER)
     for folder in (stage, heldout):
         os.makedirs(folder, exist_ok=True)
     _write(stage, "train", a)
@@ -95,7 +96,9 @@ def main():
     parser.add_argument("--out", required=True, help="Where the two folders go (created).")
     args = parser.parse_args()
     size_a, size_b = make(args.multi30k, args.out)
-    print(f"half A (the stage's train): {size_a} pairs; B (held out): {size_b}", file=sys.stderr)
+    stage, heldout = (os.path.join(args.out, f) for f in (STAGE_FOLDER, HELDOUT_FOLDER))
+    print(f"{stage}: train {size_a} pairs (half A), validation and test {size_b} (half B)")
+    print(f"{heldout}: train and test linked to {args.multi30k}, validation {size_b} (half B)")
 
 
 if __name__ == "__main__":
