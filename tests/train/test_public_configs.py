@@ -139,6 +139,8 @@ def test_the_fine_tuning_configs_are_found():
         "standin_tatoeba.py",
         "standin_tatoeba_lora.py",
         "bsd_from_public.py",
+        "public_de_en_captions.py",
+        "multi30k_from_captions.py",
     }
     assert expected <= set(FINE_TUNING)
 
@@ -172,6 +174,36 @@ def test_a_fine_tuning_config_starts_from_a_public_stage_of_public_data(name, va
     private = _names(config.data.corpus) | set(PRIVATE_CORPORA)
     assert public and not public & private, (name, public & private)
     assert not any(_private_named(text) for text in public), public
+
+
+def test_the_captions_configs_read_the_folders_make_files_writes():
+    """The stage trains on half A (a listed public split); the DP rows' train is Multi30K's."""
+    make_files = config_module(ROOT / "docs" / "results" / "public_captions" / "make_files.py")
+    stage = _get_config(ROOT / "configs" / "public_de_en_captions.py", None)
+    rows = _get_config(ROOT / "configs" / "multi30k_from_captions.py", "eps8")
+    assert stage.data.corpus == f"files:{make_files.STAGE_FOLDER}" and not stage.dp.enabled
+    assert stage.data.corpus in PUBLIC_SPLITS
+    assert rows.data.corpus == f"files:{make_files.HELDOUT_FOLDER}" and rows.dp.enabled
+    assert rows.data.max_train_examples is None  # All 29,000 (train is linked to Multi30K's).
+    lots_per_epoch = 507 // stage.train.expected_lot_size  # Half A: 507 pairs.
+    assert lots_per_epoch == 4 and 100 <= lots_per_epoch * stage.train.num_epochs <= 200
+
+
+@pytest.mark.parametrize(
+    "variant", ["eps1", "eps3", "eps8", "nonprivate", "eps8,lora", "eps8,shuffle"]
+)
+def test_the_captions_rows_are_the_public_rows_but_for_start_and_corpus(variant):
+    """multi30k_from_captions.py: multi30k_from_public.py's recipe and variants, unchanged."""
+    captions = _get_config(ROOT / "configs" / "multi30k_from_captions.py", variant)
+    public = _get_config(ROOT / "configs" / "multi30k_from_public.py", variant)
+    ours, theirs = (
+        config_fields_lib.flatten(json.loads(c.to_json_best_effort())) for c in (captions, public)
+    )
+    differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    assert differ == {"data.corpus", "model.name_or_path"}, differ
+    assert captions.model.name_or_path == "runs/exported/public_de_en_captions"
+    with pytest.raises(ValueError, match="no scratch"):
+        _get_config(ROOT / "configs" / "multi30k_from_captions.py", "eps8,scratch")
 
 
 def test_the_standin_trains_on_public_data_of_multi30k_size():

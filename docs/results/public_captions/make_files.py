@@ -32,6 +32,7 @@ from dpnmt.data.overlap import normalised, sentence_groups
 from dpnmt.data.text_files import read_parallel_text
 
 SIDES = ("de", "en")
+STAGE_FOLDER, HELDOUT_FOLDER = "multi30k_val_a", "multi30k_heldout"  # The configs read these.
 
 
 def read_pairs(folder: str, split: str) -> list[tuple[str, str]]:
@@ -95,7 +96,7 @@ def make(source: str, out: str) -> tuple[int, int]:
     check(a, b, test)
     if os.path.realpath(source).startswith(os.path.realpath(out) + os.sep):
         raise SystemExit(f"--multi30k={source!r} lies inside --out: give the original folder.")
-    stage, heldout = os.path.join(out, "multi30k_val_a"), os.path.join(out, "multi30k_heldout")
+    stage, heldout = os.path.join(out, STAGE_FOLDER), os.path.join(out, HELDOUT_FOLDER)
     for folder in (stage, heldout):
         os.makedirs(folder, exist_ok=True)
     _write(stage, "train", a)
