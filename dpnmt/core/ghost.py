@@ -101,6 +101,7 @@ from dpnmt.core.ghost_trace import (
     abstract_values,
     check_output,
     checked_pass,
+    handled_plan,
 )
 from dpnmt.core.ghost_trace import used_leaves as _used_leaves
 
@@ -327,11 +328,7 @@ def ghost_clipped_sum(
     first, first_key = abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, leaves, treedef, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
-    plan = [
-        dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
-        for call in plan
-    ]
-    zeros = [jnp.zeros(c.out_shape, c.out_dtype) if c.roles else None for c in plan]
+    plan, zeros = handled_plan(plan, handled)
 
     def run(full, shadows, perturbations, example, key):
         interceptor = _Interceptor(None, shadows, plan, perturbations, full)

@@ -343,11 +343,7 @@ def ghost_clipped_sum_nnx(
     first, first_key = ghost_trace.abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, graphdef, treedef, rest, leaves, first, first_key)
     fallback = [i for i in range(len(leaves)) if i not in handled]
-    plan = [
-        dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
-        for call in plan
-    ]
-    zeros = [jnp.zeros(c.out_shape, c.out_dtype) if c.roles else None for c in plan]
+    plan, zeros = ghost_trace.handled_plan(plan, handled)
 
     def run(full, shadows, perturbations, example, key):
         model, layer_paths = _private_copy(graphdef, treedef.unflatten(full), rest)

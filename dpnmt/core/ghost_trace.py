@@ -12,11 +12,13 @@ their own outputs against the analysis (`check_output`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import chex
 import jax
+import jax.numpy as jnp
 from jax.extend import core as jax_core
 
 
@@ -34,6 +36,35 @@ def abstract_values(tree: Any, drop: int = 0) -> Any:
         lambda v: jax.ShapeDtypeStruct(v.shape[drop:], v.dtype, weak_type=jax.typeof(v).weak_type),
         tree,
     )
+
+
+def handled_plan(plan: Sequence[Any], handled: frozenset[int]) -> tuple[list[Any], list[Any]]:
+    """(the plan's calls with only their handled roles, per call a zero perturbation or None).
+
+    `plan` holds the analysis's calls (`roles`: (parameter name, leaf index)
+    pairs; `out_shape`, `out_dtype`); a call left with no handled role gets no
+    perturbation (None), the others a zero array of their output's shape and dtype.
+    """
+    kept = [
+        dataclasses.replace(call, roles=tuple(r for r in call.roles if r[1] in handled))
+        for call in plan
+    ]
+    return kept, [jnp.zeros(c.out_shape, c.out_dtype) if c.roles else None for c in kept]
+
+
+def fallback_reason(error: BaseException, transform_guess: str) -> str:
+    """Why ghost clipping fell back, for a warning: the error, after what likely caused it.
+
+    A `PlanMismatchError` says the trace differs from the analysis; any other
+    error (a leaked or unexpected tracer) gets `transform_guess`, the caller's
+    guess at the transform that hid the layers.
+    """
+    guess = (
+        "its layers differ from the analysed plan:"
+        if isinstance(error, PlanMismatchError)
+        else transform_guess
+    )
+    return f"{guess} {type(error).__name__}: {str(error).splitlines()[0]}".strip()
 
 
 def used_leaves(jaxpr: Any, count: int) -> set[int]:

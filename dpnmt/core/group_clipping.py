@@ -36,7 +36,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import ghost, validation
+from dpnmt.core import ghost, ghost_trace, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
 from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum
 
@@ -170,7 +170,7 @@ def group_clipped_sum(
         except ghost.UNINTERCEPTABLE as error:
             warnings.warn(
                 "ghost clipping cannot factorise loss_fn's layers here "
-                f"({type(error).__name__}: {str(error).splitlines()[0]}); falling back to "
+                f"({ghost_trace.fallback_reason(error, '')}); falling back to "
                 "per-group gradients (as clipping='vmap': the same sum, G copies of the "
                 "gradient in memory).",
                 ghost.GhostClippingWarning,

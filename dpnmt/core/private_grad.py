@@ -15,7 +15,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import accumulation, deprecation, ghost, validation
+from dpnmt.core import accumulation, deprecation, ghost, ghost_trace, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
 
 CLIPPING_METHODS = ("ghost", "vmap")
@@ -60,17 +60,14 @@ def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
     """Ghost clipping, or vmap (with a warning) where loss_fn's layers cannot be intercepted."""
     try:
         return ghost.ghost_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
-    except ghost.UNINTERCEPTABLE as caught:
-        error = caught
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-    guess = (
-        "its layers differ from the analysed plan:"
-        if isinstance(error, ghost.PlanMismatchError)
-        else "it uses nn.scan, nn.vmap or another lifted transform, or a jax.checkpoint "
-        "closing over the parameters?"
-    )
+    except ghost.UNINTERCEPTABLE as error:
+        reason = ghost_trace.fallback_reason(
+            error,
+            "it uses nn.scan, nn.vmap or another lifted transform, or a jax.checkpoint "
+            "closing over the parameters?",
+        )
     warnings.warn(
-        f"ghost clipping cannot intercept the layers of loss_fn ({guess} {reason}); "
+        f"ghost clipping cannot intercept the layers of loss_fn ({reason}); "
         "falling back to per-example gradients "
         "for all parameters (as clipping='vmap': same sum, B copies of the gradient in "
         "memory). Pass clipping='vmap' to choose this explicitly.",

@@ -14,7 +14,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import clipping, ghost, validation
+from dpnmt.core import clipping, ghost, ghost_trace, validation
 from dpnmt.core.ghost_nnx import ghost_clipped_sum_nnx, split_model
 from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum
 
@@ -118,15 +118,13 @@ def private_grad_sum_nnx(
         try:
             grad_sum, norms, losses = ghost_clipped_sum_nnx(*args, wrt=wrt)
         except ghost.UNINTERCEPTABLE as error:
-            reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-            guess = (
-                "its layers differ from the analysed plan:"
-                if isinstance(error, ghost.PlanMismatchError)
-                else "called inside a jax transform that closes over the model, such as "
-                "jax.checkpoint or a jax.lax.scan body?"
+            reason = ghost_trace.fallback_reason(
+                error,
+                "called inside a jax transform that closes over the model, such as "
+                "jax.checkpoint or a jax.lax.scan body?",
             )
             warnings.warn(
-                f"ghost clipping cannot capture the layers of loss_fn ({guess} {reason}); "
+                f"ghost clipping cannot capture the layers of loss_fn ({reason}); "
                 "falling back to per-example gradients "
                 "for all parameters (as clipping='vmap': same sum, B copies of the gradient).",
                 ghost.GhostClippingWarning,
