@@ -14,14 +14,14 @@ Choosing on a validation split carved from the private train split would
 spend privacy the report does not count: such a run is refused.
 """
 
-import json
 import math
 import os
 
 from dpnmt.errors import ConfigError
-from dpnmt.sweeps import runs_table
+from dpnmt.sweeps import grid, runs_table
 from dpnmt.sweeps.runs_table import PublishedRun
 from dpnmt.sweeps.summary import as_float
+from dpnmt.training.run_dir import CONFIG_FILE
 
 TIE_BLEU = 0.5  # Validation BLEU points within which runs count as tied.
 CHOSEN = "✓"
@@ -44,11 +44,10 @@ DIGITS |= {"validation_loss": 3, "validation_bleu": 2, "bleu": 2}
 
 
 def _config(run: PublishedRun) -> dict:
-    path = os.path.join(run.folder, "config.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"{run.folder} has no config.json: the grid's learning rate is there.")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    config = grid.read_json(os.path.join(run.folder, CONFIG_FILE))
+    if config is None:
+        raise ConfigError(f"{run.folder} has no readable {CONFIG_FILE}: the grid's rate is there.")
+    return config
 
 
 def row(run: PublishedRun) -> dict:

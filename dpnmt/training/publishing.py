@@ -167,15 +167,14 @@ def _carved_validation_problems(workdir: str, files: list[str]) -> list[str]:
     return problems
 
 
-def _workdir_problems(workdir: str) -> list[str]:
-    parts = set(os.path.realpath(workdir).split(os.sep))
-    inside = sorted(parts & SKIPPED_DIRS)
+def _check_workdir(workdir: str) -> None:
+    """Raises InputError if `workdir` lies inside a folder never published (`SKIPPED_DIRS`)."""
+    inside = sorted(set(os.path.realpath(workdir).split(os.sep)) & SKIPPED_DIRS)
     if inside:
-        return [
+        raise InputError(
             f"--workdir={workdir!r} lies inside a {inside[0]}/ folder, which is never "
             "published: give the run's or sweep's own folder."
-        ]
-    return []
+        )
 
 
 def publish(workdir: str, out: str) -> tuple[list[str], list[str]]:
@@ -189,10 +188,8 @@ def publish(workdir: str, out: str) -> tuple[list[str], list[str]]:
         `out` lies inside it, nothing is published there, or a check of the
         module docstring fails (nothing is written then).
     """
+    _check_workdir(workdir)
     files, skipped, links = published_files(workdir)
-    problems = _workdir_problems(workdir)
-    if problems:
-        raise InputError(problems[0])
     inside = os.path.commonpath([os.path.realpath(workdir), os.path.realpath(out)])
     if inside == os.path.realpath(workdir):
         raise InputError(f"--out={out!r} lies inside --workdir={workdir!r}: give one outside it.")
