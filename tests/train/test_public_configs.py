@@ -141,6 +141,7 @@ def test_the_fine_tuning_configs_are_found():
         "bsd_from_public.py",
         "public_de_en_captions.py",
         "multi30k_from_captions.py",
+        "multi30k_from_captions_lora.py",
     }
     assert expected <= set(FINE_TUNING)
 
@@ -204,6 +205,20 @@ def test_the_captions_rows_are_the_public_rows_but_for_start_and_corpus(variant)
     assert captions.model.name_or_path == "runs/exported/public_de_en_captions"
     with pytest.raises(ValueError, match="no scratch"):
         _get_config(ROOT / "configs" / "multi30k_from_captions.py", "eps8,scratch")
+
+
+@pytest.mark.parametrize("epsilon", ["eps1", "eps3", "eps8"])
+def test_the_captions_lora_file_is_the_captions_rows_lora_variant(epsilon):
+    """multi30k_from_captions_lora.py: the sweep's LoRA row from the captions stage."""
+    as_file = _get_config(ROOT / "configs" / "multi30k_from_captions_lora.py", epsilon)
+    as_variant = _get_config(ROOT / "configs" / "multi30k_from_captions.py", f"{epsilon},lora")
+    ours, theirs = (
+        config_fields_lib.flatten(json.loads(c.to_json_best_effort()))
+        for c in (as_file, as_variant)
+    )
+    differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    assert not differ, differ
+    assert as_file.model.finetune == "lora" and as_file.data.corpus == "files:multi30k_heldout"
 
 
 def test_the_standin_trains_on_public_data_of_multi30k_size():
