@@ -6,11 +6,17 @@ r"""Translates a split with a trained model and scores it (BLEU, chrF, BERTScore
 
 Writes `hypotheses.<split>.txt` and `results.json` (scores and the run's privacy
 report) into `<workdir>/decode_<split>`, or `<workdir>/private/decode_validation`
-when the validation split was carved from the private train split. Logic:
-`dpnmt.evaluation.decode`.
+when the validation split was carved from the private train split. Another
+decoding setting beside the run's own goes to its own folder with `--tag`:
+
+    python -m dpnmt.decode --workdir=runs/tiny --split=test \
+        --no_repeat_ngram_size=3 --tag=norepeat3        # -> decode_test_norepeat3/
+
+Logic: `dpnmt.evaluation.decode`.
 """
 
 import dataclasses
+import re
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -25,6 +31,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's folder.")
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split to translate.")
 _MAX_EXAMPLES = flags.DEFINE_integer("max_examples", None, "Translate only the first N pairs.")
 _NUM_BEAMS = flags.DEFINE_integer("num_beams", None, "Override eval.num_beams (1 = greedy).")
+_NO_REPEAT_NGRAM_SIZE = flags.DEFINE_integer(
+    "no_repeat_ngram_size", None, "Override eval.no_repeat_ngram_size (0: no n-gram ban)."
+)
+_TAG = flags.DEFINE_string(
+    "tag", None, "Write to decode_<split>_<tag>/ (letters, digits, - and _), not decode_<split>/."
+)
 _BERTSCORE = flags.DEFINE_boolean("bertscore", True, "Also compute BERTScore.")
 _BERTSCORE_MODEL = flags.DEFINE_string(
     "bertscore_model", None, "BERTScore encoder (default: the offline all-MiniLM-L6-v2 package)."
@@ -39,6 +51,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     cli.setup_logging()
+    if _TAG.value is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", _TAG.value):
+        cli.fail(f"--tag={_TAG.value!r}: use letters, digits, '-' and '_' only (a folder name).")
     # Here, not at the top: --help and flag errors answer before JAX and torch load.
     from dpnmt.evaluation import decode as decode_lib  # noqa: PLC0415
 
@@ -49,7 +63,11 @@ def main(argv):
     else:
         config = decode_lib.load_run_config(_WORKDIR.value)
         decode_lib.warn_if_unfinished(_WORKDIR.value)
-    overrides = {"num_beams": _NUM_BEAMS.value, "bertscore_model": _BERTSCORE_MODEL.value}
+    overrides = {
+        "num_beams": _NUM_BEAMS.value,
+        "no_repeat_ngram_size": _NO_REPEAT_NGRAM_SIZE.value,
+        "bertscore_model": _BERTSCORE_MODEL.value,
+    }
     overrides = {name: value for name, value in overrides.items() if value is not None}
     config = dataclasses.replace(config, eval=dataclasses.replace(config.eval, **overrides))
     decode_lib.decode_and_score(
@@ -59,6 +77,7 @@ def main(argv):
         max_examples=_MAX_EXAMPLES.value,
         bertscore=_BERTSCORE.value,
         zero_shot=_ZERO_SHOT.value,
+        tag=_TAG.value,
     )
 
 

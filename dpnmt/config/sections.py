@@ -390,6 +390,7 @@ class EvalConfig(Section):
     NAME: typing.ClassVar[str] = "eval"
     num_beams: int = 1
     length_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
     max_new_tokens: int = 64
     batch_size: int = 32
     bertscore: bool = False
@@ -400,6 +401,7 @@ class EvalConfig(Section):
         return self.ranges(
             (
                 ("num_beams", at_least(1), ">= 1 (1: greedy)"),
+                ("no_repeat_ngram_size", at_least(0), ">= 0 (0: no n-gram ban)"),
                 ("max_new_tokens", at_least(1), ">= 1"),
                 ("batch_size", at_least(1), ">= 1"),
             )

@@ -64,6 +64,7 @@ def decode_and_score(
     bertscore: bool = True,
     output_dir: str | None = None,
     zero_shot: bool = False,
+    tag: str | None = None,
 ) -> dict:
     """Translates a split by generation, scores it, writes hypotheses and results.json.
 
@@ -82,6 +83,8 @@ def decode_and_score(
         `RunDir.output_path`).
       zero_shot: decode the pretrained model named by `model.name_or_path`
         without any training (baseline; no privacy cost).
+      tag: the default folder becomes `decode_<split>_<tag>` (another decoding
+        setting beside the run's own).
 
     Returns:
       The results dict (scores, privacy report, decoding settings).
@@ -130,6 +133,7 @@ def decode_and_score(
         "decoding": {
             "num_beams": run.eval.num_beams,
             "length_penalty": run.eval.length_penalty,
+            "no_repeat_ngram_size": run.eval.no_repeat_ngram_size,
             "max_new_tokens": run.eval.max_new_tokens,
         },
         "vocabulary": dataclasses.asdict(vocabulary)
@@ -138,7 +142,8 @@ def decode_and_score(
     }
     # Hypotheses of pairs carved from the private train split are private.
     private = split == "validation" and pieces.validation_is_carved_from_train(corpus)
-    output_dir = output_dir or RunDir(workdir).output_path(f"decode_{split}", private=private)
+    name = f"decode_{split}" + (f"_{tag}" if tag else "")
+    output_dir = output_dir or RunDir(workdir).output_path(name, private=private)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, f"hypotheses.{split}.txt"), "w", encoding="utf-8") as f:
         # One line per hypothesis, whatever line breaks generation produced.

@@ -86,6 +86,7 @@ class Evaluator:
             self._eval.max_new_tokens,
             num_beams=self._eval.num_beams,
             length_penalty=self._eval.length_penalty,
+            no_repeat_ngram_size=self._eval.no_repeat_ngram_size,
         )
         self._target = parse_pair(self._data.pair).target
         if self._data.objective != "translation":  # Targets are spans of the text's language.

@@ -4,8 +4,9 @@ Works with any module exposing `encode`, `init_cache` and `decode_step` (our T5
 and mBART). The search follows `transformers`' `generate` (v5) step for step:
 log-softmax scores, forced first/last tokens, beam candidates of size
 2 * num_beams, length-penalised finished hypotheses and the same stopping
-rules (`early_stopping` True / False / "never"), so outputs agree token for
-token with Hugging Face on the same weights.
+rules (`early_stopping` True / False / "never") and n-gram blocking
+(`no_repeat_ngram_size`), so outputs agree token for token with Hugging Face
+on the same weights.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class GenerationConfig:
         forced_bos_token_id: Token forced as the first generated one (mBART-50
             target language id), or None.
         forced_eos_token_id: Token forced at position max_new_tokens, or None.
+        no_repeat_ngram_size: n > 0: a token that would repeat an n-gram already in
+            the hypothesis (decoder start token included) is banned, as
+            transformers' `no_repeat_ngram_size`; 0: no ban.
     """
 
     max_new_tokens: int
@@ -52,12 +56,17 @@ class GenerationConfig:
     early_stopping: bool | str = False
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1.")
         if self.num_beams < 1:
             raise ValueError(f"num_beams={self.num_beams} must be >= 1.")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(
+                f"no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0: no ban)."
+            )
         if not (isinstance(self.early_stopping, bool) or self.early_stopping == "never"):
             raise ValueError(
                 f"early_stopping={self.early_stopping!r} must be True, False or 'never'."
@@ -84,8 +93,46 @@ def from_model_config(model_config: Any, max_new_tokens: int, **overrides) -> Ge
     return GenerationConfig(**fields)
 
 
-def _process(log_probs: chex.Array, step: chex.Array, gen: GenerationConfig) -> chex.Array:
-    """Forced-token processors on [rows, vocab] scores at output position `step`."""
+def _ban_repeated_ngrams(
+    log_probs: chex.Array, generated: chex.Array, step: chex.Array, n: int, start: int
+) -> chex.Array:
+    """-inf for each token that would complete an n-gram already in a hypothesis.
+
+    Args:
+        log_probs: [rows, vocab] scores of output position `step`.
+        generated: [rows, max_new_tokens] int32 tokens; positions >= `step` are unused.
+        step: int32 scalar, the output position being chosen.
+        n: the n-gram size (>= 1).
+        start: the decoder start token, position 0 of every hypothesis (as HF counts it).
+    """
+    rows, length = generated.shape
+    seq = jnp.concatenate([jnp.full((rows, 1), start, generated.dtype), generated], axis=1)
+    count = step + 1  # Tokens in each hypothesis so far, the start token included.
+    windows = length + 2 - n  # Candidate n-gram starts i (seq[i : i + n]); static.
+    if windows < 1:
+        return log_probs
+    starts = jnp.arange(windows)
+    match = starts <= count - n  # The n-gram lies wholly in the hypothesis so far.
+    for k in range(n - 1):  # Its first n - 1 tokens equal the hypothesis' last n - 1.
+        last = jax.lax.dynamic_index_in_dim(seq, count - n + 1 + k, axis=1)  # [rows, 1]
+        match = match & (seq[:, k : k + windows] == last)
+    banned = seq[:, n - 1 : n - 1 + windows]  # [rows, windows]: each n-gram's last token.
+    hit = jnp.zeros(log_probs.shape, jnp.int32)
+    hit = hit.at[jnp.arange(rows)[:, None], banned].max(match.astype(jnp.int32))
+    return jnp.where((hit > 0) & (count >= n - 1), -jnp.inf, log_probs)
+
+
+def _process(
+    log_probs: chex.Array, step: chex.Array, gen: GenerationConfig, generated: chex.Array
+) -> chex.Array:
+    """Processors on [rows, vocab] scores at output position `step`: n-gram ban, forced tokens.
+
+    `generated` [rows, max_new_tokens]: each row's tokens so far (positions < `step`).
+    """
+    if gen.no_repeat_ngram_size > 0:
+        log_probs = _ban_repeated_ngrams(
+            log_probs, generated, step, gen.no_repeat_ngram_size, gen.decoder_start_token_id
+        )
 
     def force(scores, token):
         forced = jnp.full_like(scores, -jnp.inf).at[:, token].set(0.0)
@@ -130,7 +177,7 @@ def _greedy(
         logits, cache = model.apply(
             variables, prev, step, cache, attention_mask, method=model.decode_step
         )
-        log_probs = _process(jax.nn.log_softmax(logits.astype(jnp.float32)), step, gen)
+        log_probs = _process(jax.nn.log_softmax(logits.astype(jnp.float32)), step, gen, out)
         token = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
         score = score + jnp.where(
             finished, 0.0, jnp.take_along_axis(log_probs, token[:, None], 1)[:, 0]
@@ -190,7 +237,12 @@ def _beam(
         logits, cache = model.apply(
             variables, s["prev"], step, s["cache"], mask, history, method=model.decode_step
         )
-        log_probs = _process(jax.nn.log_softmax(logits.astype(jnp.float32)), step, gen)
+        log_probs = _process(
+            jax.nn.log_softmax(logits.astype(jnp.float32)),
+            step,
+            gen,
+            s["running"].reshape(batch * beams, length),
+        )
         vocab = log_probs.shape[-1]
         log_probs = log_probs.reshape(batch, beams, vocab) + s["running_scores"][:, :, None]
         topk_scores, topk_idx = jax.lax.top_k(log_probs.reshape(batch, beams * vocab), keep)

@@ -36,8 +36,7 @@ def _hf_generate(hf, ids, mask, **kwargs):
             do_sample=False,
             forced_eos_token_id=None,
             repetition_penalty=1.0,
-            no_repeat_ngram_size=0,
-            **kwargs,
+            **{"no_repeat_ngram_size": 0, **kwargs},
         )
     return out.numpy()[:, 1:]
 
@@ -62,24 +61,27 @@ def _pick_eos(hf, ids, mask, **kwargs):
 
 
 CASES = [
-    # kind, num_beams, length_penalty, early_stopping, forced bos
-    ("t5_v1", 1, 1.0, False, None),
-    ("t5_v1", 4, 1.0, False, None),
-    ("mt5", 3, 2.0, True, None),
-    ("mt5", 4, 0.5, "never", None),
-    ("mbart", 1, 1.0, False, 7),
-    ("mbart", 4, -0.5, False, 7),
+    # kind, num_beams, length_penalty, early_stopping, forced bos, no_repeat_ngram_size
+    ("t5_v1", 1, 1.0, False, None, 0),
+    ("t5_v1", 4, 1.0, False, None, 0),
+    ("mt5", 3, 2.0, True, None, 0),
+    ("mt5", 4, 0.5, "never", None, 0),
+    ("mbart", 1, 1.0, False, 7, 0),
+    ("mbart", 4, -0.5, False, 7, 0),
+    ("t5_v1", 1, 1.0, False, None, 2),
+    ("t5_v1", 4, 1.0, False, None, 2),
+    ("mt5", 3, 1.0, False, None, 1),
+    ("mbart", 4, 1.0, False, 7, 3),
 ]
 
 
-@pytest.mark.parametrize("kind,num_beams,length_penalty,early_stopping,forced_bos", CASES)
-def test_matches_transformers_generate(kind, num_beams, length_penalty, early_stopping, forced_bos):
+@pytest.mark.parametrize("kind,num_beams,length_penalty,early_stopping,forced_bos,ngram", CASES)
+def test_matches_transformers_generate(
+    kind, num_beams, length_penalty, early_stopping, forced_bos, ngram
+):
     hf, config, model, params, ids, mask = _setup(kind)
     pad = config.pad_token_id
-    eos, expected = _pick_eos(
-        hf,
-        ids,
-        mask,
+    settings = dict(
         num_beams=num_beams,
         length_penalty=length_penalty,
         early_stopping=early_stopping,
@@ -87,6 +89,10 @@ def test_matches_transformers_generate(kind, num_beams, length_penalty, early_st
         pad_token_id=pad,
         forced_bos_token_id=forced_bos,
     )
+    eos, expected = _pick_eos(hf, ids, mask, no_repeat_ngram_size=ngram, **settings)
+    if ngram:  # The ban changed HF's output: the comparison covers banned tokens.
+        unbanned = _hf_generate(hf, ids, mask, eos_token_id=eos, **settings)
+        assert not np.array_equal(unbanned, expected)
     gen = decoding.GenerationConfig(
         max_new_tokens=MAX_NEW,
         decoder_start_token_id=config.decoder_start_token_id,
@@ -96,6 +102,7 @@ def test_matches_transformers_generate(kind, num_beams, length_penalty, early_st
         length_penalty=length_penalty,
         early_stopping=early_stopping,
         forced_bos_token_id=forced_bos,
+        no_repeat_ngram_size=ngram,
     )
     tokens, scores = decoding.generate(model, params, jnp.asarray(ids), jnp.asarray(mask), gen)
     tokens = np.asarray(tokens)
@@ -128,6 +135,8 @@ def test_invalid_settings_are_rejected():
         decoding.GenerationConfig(4, 0, 1, 0, num_beams=2, early_stopping="sometimes")
     with pytest.raises(ValueError, match="max_new_tokens"):
         decoding.GenerationConfig(0, 0, 1, 0)
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        decoding.GenerationConfig(4, 0, 1, 0, no_repeat_ngram_size=-1)
 
 
 @pytest.mark.parametrize("kind", ["t5_v1", "mbart"])

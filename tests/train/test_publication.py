@@ -8,6 +8,7 @@ carved validation split under `private/`, and a privacy report that says what
 it assumes public and that validation was carved from train.
 """
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -174,6 +175,11 @@ def decoded(run):
     config = decode.load_run_config(str(workdir))
     for split in ("test", "validation"):
         decode.decode_and_score(RunConfig.of(config), str(workdir), split=split, max_examples=2)
+    banned = dataclasses.replace(
+        config, eval=dataclasses.replace(config.eval, no_repeat_ngram_size=2)
+    )
+    for split in ("test", "validation"):
+        decode.decode_and_score(banned, str(workdir), split=split, max_examples=2, tag="norepeat2")
     return workdir
 
 
@@ -185,6 +191,15 @@ def test_decoding_a_carved_validation_split_writes_under_private(decoded):
     private = decoded / run_dir.PRIVATE_DIR / "decode_validation"
     assert len((private / "hypotheses.validation.txt").read_text().splitlines()) == 2
     assert (decoded / "decode_test" / "hypotheses.test.txt").exists()  # Public split.
+
+
+def test_a_tagged_decoding_follows_the_same_privacy_rule(decoded):
+    """`--tag` names another folder; a carved validation split's still goes under private/."""
+    assert not (decoded / "decode_validation_norepeat2").exists()
+    private = decoded / run_dir.PRIVATE_DIR / "decode_validation_norepeat2"
+    assert len((private / "hypotheses.validation.txt").read_text().splitlines()) == 2
+    results = json.loads((decoded / "decode_test_norepeat2" / "results.json").read_text())
+    assert results["decoding"]["no_repeat_ngram_size"] == 2
 
 
 def test_published_files_hold_no_local_path(decoded):
