@@ -30,9 +30,14 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's folder.")
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split to translate.")
 _MAX_EXAMPLES = flags.DEFINE_integer("max_examples", None, "Translate only the first N pairs.")
-_NUM_BEAMS = flags.DEFINE_integer("num_beams", None, "Override eval.num_beams (1 = greedy).")
+_NUM_BEAMS = flags.DEFINE_integer(
+    "num_beams", None, "Override eval.num_beams (1 = greedy).", lower_bound=1
+)
 _NO_REPEAT_NGRAM_SIZE = flags.DEFINE_integer(
-    "no_repeat_ngram_size", None, "Override eval.no_repeat_ngram_size (0: no n-gram ban)."
+    "no_repeat_ngram_size",
+    None,
+    "Override eval.no_repeat_ngram_size (0: no n-gram ban).",
+    lower_bound=0,
 )
 _TAG = flags.DEFINE_string(
     "tag", None, "Write to decode_<split>_<tag>/ (letters, digits, - and _), not decode_<split>/."
@@ -50,9 +55,9 @@ def main(argv):
     """Loads the run (or pretrained model), decodes and scores."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    cli.setup_logging()
     if _TAG.value is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", _TAG.value):
         cli.fail(f"--tag={_TAG.value!r}: use letters, digits, '-' and '_' only (a folder name).")
+    cli.setup_logging()
     # Here, not at the top: --help and flag errors answer before JAX and torch load.
     from dpnmt.evaluation import decode as decode_lib  # noqa: PLC0415
 

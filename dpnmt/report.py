@@ -15,11 +15,13 @@ table, not averaged. A single run's folder (results.json, no sweep.json) gets th
 `--runs`: run folders or globs (comma-separated), each a finished run's
 published folder (results.json; metrics.jsonl, noise_to_signal.json and
 decode_test/ when present). Writes to `--out` one row per run in `table.md`
-and `table.csv`, with noise to signal, validation BLEU extrapolated from the
-measured curves (labelled as such) and sample test translations under the
-table in `table.md`, and `learning_curves.png` (validation loss and BLEU by
-epoch). Every private run's ε is recomputed with dp_accounting from its
-results.json; a run whose ε disagrees is refused before anything is written.
+and `table.csv` (with `--decodings=TAG`, a row "<run> [TAG]" under each run
+that has a test re-decoding `decode_test_TAG/`, e.g. with an n-gram ban),
+with noise to signal, validation BLEU extrapolated from the measured curves
+(labelled as such) and sample test translations under the table in `table.md`,
+and `learning_curves.png` (validation loss and BLEU by epoch). Every private
+run's ε is recomputed with dp_accounting from its results.json; a run whose ε
+disagrees is refused before anything is written.
 
 `--groups` (with `--runs`): instead, the per-pair vs per-group table of
 finished runs (`dpnmt.sweeps.groups_table`: unit, N, L, k, σ, steps, ε per
@@ -45,6 +47,9 @@ _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/repor
 _GROUPS = flags.DEFINE_bool("groups", False, "--runs: the per-pair vs per-group table.")
 _TUNING = flags.DEFINE_bool("tuning", False, "--runs: a grid's table, its winners marked.")
 _SAMPLES = flags.DEFINE_integer("samples", 3, "--runs: test translations shown per run.")
+_DECODINGS = flags.DEFINE_list(
+    "decodings", [], "--runs: tags of test re-decodings (decode_test_<tag>/): a row each."
+)
 _EXTRAPOLATE_TO = flags.DEFINE_float(
     "extrapolate_to", None, "--runs: epoch to extrapolate to (default: twice each run's last)."
 )
@@ -72,7 +77,11 @@ def main(argv):
             print(f"Wrote {report.TABLE_MD} to {_OUT.value}")
             return
         markdown = report.write_runs_report(
-            _RUNS.value, _OUT.value, samples=_SAMPLES.value, extrapolate_to=_EXTRAPOLATE_TO.value
+            _RUNS.value,
+            _OUT.value,
+            samples=_SAMPLES.value,
+            extrapolate_to=_EXTRAPOLATE_TO.value,
+            decodings=_DECODINGS.value,
         )
         print(markdown)
         written = (report.TABLE_MD, report.TABLE_CSV, *report.RUNS_FIGURES)

@@ -219,3 +219,11 @@ def test_a_single_process_app_refuses_a_multi_process_launch_before_writing(modu
     assert len(errors) == 1 and "unset DPNMT_COORDINATOR_ADDRESS" in errors[0], result.stderr
     assert "Traceback" not in result.stderr
     assert not workdir.exists()
+
+
+def test_the_decode_library_refuses_a_tag_that_leaves_the_run_folder(tmp_path):
+    from dpnmt.evaluation import decode as decode_lib
+
+    with pytest.raises(ConfigError, match="tag='../up'"):
+        decode_lib.decode_and_score(None, str(tmp_path), split="validation", tag="../up")
+    assert not list(tmp_path.iterdir())

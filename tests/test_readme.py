@@ -55,18 +55,19 @@ def test_committed_results_hold_no_local_path():
 
 
 def test_readme_runs_tables_are_the_committed_runs_results():
-    # Each `<!-- runs table: FOLDER,FOLDER -->` marker is followed by the table
-    # that `dpnmt.report --runs=FOLDER,FOLDER` makes from those runs' results.json.
+    # Each `<!-- runs table: FOLDER,FOLDER [decodings=TAG,TAG] -->` marker is followed by
+    # the table that `dpnmt.report --runs=FOLDER,FOLDER [--decodings=TAG,TAG]` makes.
     from dpnmt.sweeps import runs_table
 
     text = _text()
-    markers = re.findall(r"<!-- runs table: (\S+) -->\n((?:\|.*\n)+)", text)
+    markers = re.findall(r"<!-- runs table: (\S+)(?: decodings=(\S+))? -->\n((?:\|.*\n)+)", text)
     assert markers, "the measured runs tables lost their markers"
-    for folders, table in markers:
+    for folders, tags, table in markers:
         paths = [str(README.parent / f) for f in folders.split(",")]
         runs, not_finished = runs_table.load_runs(paths)
         assert runs and not not_finished, folders
-        expected = runs_table.to_markdown([runs_table.row(r) for r in runs], []).split("\n\n")[0]
+        rows = runs_table.decoding_rows(runs, tags.split(",") if tags else [])
+        expected = runs_table.to_markdown(rows, []).split("\n\n")[0]
         assert table.strip() == expected.strip(), folders
 
 

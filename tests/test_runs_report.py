@@ -237,3 +237,32 @@ def test_tuning_refuses_a_run_validated_on_private_pairs(tmp_path):
     with pytest.raises(ConfigError, match="carved from the private train split"):
         report.write_tuning_report([str(run)], str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tagged_test_decoding_adds_a_row_with_its_scores_and_the_runs_epsilon(tmp_path):
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    folders = [str(RESULTS / "m30k_nonprivate_ref"), str(run)]  # The reference has no tag.
+    report.write_runs_report(folders, str(tmp_path / "out"), decodings=["norepeat6"])
+    with open(tmp_path / "out" / report.TABLE_CSV) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run"] for r in rows] == [
+        "m30k_nonprivate_ref",
+        "m30k_from_public/eps8-poisson/seed0",
+        "m30k_from_public/eps8-poisson/seed0 [norepeat6]",
+    ]
+    decoded = json.loads((run / "decode_test_norepeat6" / "results.json").read_text())
+    own, tagged = rows[1], rows[2]
+    assert float(tagged["bleu"]) == decoded["scores"]["bleu"] != float(own["bleu"])
+    assert float(tagged["bertscore_f1"]) == decoded["scores"]["bertscore"]["f1"]
+    for column in ("epsilon", "epsilon_total", "sigma", "steps", "epsilon_recomputed"):
+        assert tagged[column] == own[column], column
+
+
+def test_a_tagged_decoding_of_another_checkpoint_is_refused(tmp_path):
+    folder = _copy(RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0", tmp_path)
+    path = folder / "decode_test_norepeat6" / "results.json"
+    decoded = json.loads(path.read_text())
+    path.write_text(json.dumps({**decoded, "steps_done": decoded["steps_done"] - 1}))
+    with pytest.raises(ConfigError, match="final parameters"):
+        report.write_runs_report([str(folder)], str(tmp_path / "out"), decodings=["norepeat6"])
+    assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 
 import jax
 
@@ -55,6 +56,18 @@ def warn_if_unfinished(workdir: str) -> bool:
     return finished
 
 
+TAG_PATTERN = r"[A-Za-z0-9_-]+"
+
+
+def check_tag(tag: str | None) -> None:
+    """Raises ConfigError unless `tag` is None or a plain folder-name part (`TAG_PATTERN`)."""
+    if tag is not None and not re.fullmatch(TAG_PATTERN, tag):
+        raise ConfigError(
+            f"tag={tag!r}: use letters, digits, '-' and '_' only (it names the folder "
+            "decode_<split>_<tag> inside the run's folder)."
+        )
+
+
 def decode_and_score(
     run: RunConfig,
     workdir: str,
@@ -84,13 +97,16 @@ def decode_and_score(
       zero_shot: decode the pretrained model named by `model.name_or_path`
         without any training (baseline; no privacy cost).
       tag: the default folder becomes `decode_<split>_<tag>` (another decoding
-        setting beside the run's own).
+        setting beside the run's own; letters, digits, '-' and '_'; an earlier
+        decoding with the same tag is replaced). Ignored when `output_dir` is
+        given: the caller then owns the privacy routing of that folder.
 
     Returns:
       The results dict (scores, privacy report, decoding settings).
     """
     if split not in ("validation", "test"):
         raise ValueError(f"split={split!r}: use 'validation' or 'test'.")
+    check_tag(tag)
     if zero_shot and (run.model.name_or_path is None or run.tokenizer_kind != "pretrained"):
         raise ConfigError(
             "--zero_shot needs a pretrained model and its tokenizer: set "

@@ -108,7 +108,7 @@ def _ban_repeated_ngrams(
     rows, length = generated.shape
     seq = jnp.concatenate([jnp.full((rows, 1), start, generated.dtype), generated], axis=1)
     count = step + 1  # Tokens in each hypothesis so far, the start token included.
-    windows = length + 2 - n  # Candidate n-gram starts i (seq[i : i + n]); static.
+    windows = length + 1 - n  # n-gram starts i <= count - n <= length - n; static.
     if windows < 1:
         return log_probs
     starts = jnp.arange(windows)
@@ -117,9 +117,9 @@ def _ban_repeated_ngrams(
         last = jax.lax.dynamic_index_in_dim(seq, count - n + 1 + k, axis=1)  # [rows, 1]
         match = match & (seq[:, k : k + windows] == last)
     banned = seq[:, n - 1 : n - 1 + windows]  # [rows, windows]: each n-gram's last token.
-    hit = jnp.zeros(log_probs.shape, jnp.int32)
-    hit = hit.at[jnp.arange(rows)[:, None], banned].max(match.astype(jnp.int32))
-    return jnp.where((hit > 0) & (count >= n - 1), -jnp.inf, log_probs)
+    hit = jnp.zeros(log_probs.shape, jnp.int8)
+    hit = hit.at[jnp.arange(rows)[:, None], banned].max(match.astype(jnp.int8))
+    return jnp.where(hit > 0, -jnp.inf, log_probs)
 
 
 def _process(

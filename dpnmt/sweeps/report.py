@@ -1,6 +1,7 @@
 """Privacy/utility reports: a sweep's Table 3 and plots, or one table of published run folders."""
 
 import os
+from collections.abc import Sequence
 
 from dpnmt.errors import ConfigError
 from dpnmt.sweeps import grid, groups_table, plots, runs_details, runs_table, summary, tuning_table
@@ -63,7 +64,12 @@ def write_report(workdir: str, out: str) -> str:
 
 
 def write_runs_report(
-    patterns: list[str], out: str, *, samples: int = 3, extrapolate_to: float | None = None
+    patterns: list[str],
+    out: str,
+    *,
+    samples: int = 3,
+    extrapolate_to: float | None = None,
+    decodings: Sequence[str] = (),
 ) -> str:
     """Writes one table of the finished run folders matched by `patterns` to `out`.
 
@@ -77,6 +83,8 @@ def write_runs_report(
       samples: test translations shown per run.
       extrapolate_to: epoch to extrapolate validation BLEU to (default twice
         each run's last epoch).
+      decodings: tags of re-decodings of the test split: a row "<run> [<tag>]"
+        under each run that has `decode_test_<tag>/` (`runs_table.decoding_rows`).
 
     Returns:
       The Markdown written to table.md.
@@ -84,7 +92,7 @@ def write_runs_report(
     runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
     if not runs:
         raise ConfigError(f"--runs matched no finished run ({len(not_finished)} not finished).")
-    rows = [runs_table.row(run) for run in runs]
+    rows = runs_table.decoding_rows(runs, decodings)
     markdown = "\n".join(
         [
             runs_table.to_markdown(rows, not_finished),

@@ -129,6 +129,41 @@ def row(run: PublishedRun) -> dict:
     }
 
 
+def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
+    """Each run's row, followed by a row per tagged re-decoding of its test split.
+
+    A tag's row ("<run> [<tag>]") takes its test scores from
+    `<run>/decode_test_<tag>/results.json` (`dpnmt.decode --split=test --tag=<tag>`,
+    e.g. another `--no_repeat_ngram_size`) and the rest from the run: the same
+    model, so the same ε. A run without that folder has no such row.
+
+    Raises:
+      ConfigError: a tagged decoding that did not decode the run's final
+        parameters of the test split (its `steps_done` or `split` differs).
+    """
+    rows = []
+    for run in runs:
+        rows.append(row(run))
+        for tag in tags:
+            path = os.path.join(run.folder, f"decode_test_{tag}", RESULTS)
+            if not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                decoded = json.load(f)
+            steps = run.results.get("steps_done")
+            if decoded.get("split") != "test" or decoded.get("steps_done") != steps:
+                raise ConfigError(
+                    f"{path}: not a test decode of the run's final parameters (split "
+                    f"{decoded.get('split')!r}, steps {decoded.get('steps_done')} of {steps}); "
+                    f"rerun dpnmt.decode --split=test --tag={tag}."
+                )
+            redecoded = dataclasses.replace(
+                run, name=f"{run.name} [{tag}]", results={**run.results, "test": decoded["scores"]}
+            )
+            rows.append(row(redecoded))
+    return rows
+
+
 def markdown_rows(
     rows: list[dict], columns: Sequence[tuple[str, str]], digits: dict[str, int]
 ) -> list[str]:

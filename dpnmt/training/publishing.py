@@ -159,7 +159,11 @@ def _carved_validation_problems(workdir: str, files: list[str]) -> list[str]:
             continue
         for other in files:
             inside = os.path.relpath(other, folder)
-            if inside == NOISE_TO_SIGNAL_FILE or inside.startswith("decode_validation" + os.sep):
+            top = inside.split(os.sep, 1)[0]
+            tagged = top.startswith("decode_validation_")  # dpnmt.decode --tag
+            if inside == NOISE_TO_SIGNAL_FILE or (
+                os.sep in inside and (top == "decode_validation" or tagged)
+            ):
                 problems.append(
                     f"{other}: measured on validation pairs carved from the private train "
                     f"split, so it belongs in {PRIVATE_DIR}/ (written by an older version)"

@@ -180,3 +180,26 @@ def test_history_reorders_beams_like_copying_the_cache(kind):
     # The steps saw reordered rows: without the history the logits differ.
     unfollowed, _ = step(tokens[-1], len(tokens) - 1, history_cache, own)
     assert not np.array_equal(np.asarray(unfollowed), np.asarray(got))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, MAX_NEW + 1])
+def test_the_ban_is_transformers_no_repeat_ngram_processor_at_every_step(n):
+    """Direct comparison with NoRepeatNGramLogitsProcessor on rows that repeat tokens,
+    the decoder start token (position 0 of HF's input ids) among them."""
+    from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+    rng = np.random.default_rng(n)
+    rows, vocab, start = 8, 5, 0
+    generated = rng.integers(0, 3, size=(rows, MAX_NEW)).astype(np.int32)  # Many repeats.
+    processor = NoRepeatNGramLogitsProcessor(n)
+    banned_somewhere = False
+    for step in range(MAX_NEW):
+        scores = rng.normal(size=(rows, vocab)).astype(np.float32)
+        ours = decoding._ban_repeated_ngrams(
+            jnp.asarray(scores), jnp.asarray(generated), jnp.int32(step), n, start
+        )
+        prefix = np.concatenate([np.full((rows, 1), start), generated[:, :step]], axis=1)
+        theirs = processor(torch.tensor(prefix), torch.tensor(scores)).numpy()
+        np.testing.assert_array_equal(np.isinf(np.asarray(ours)), np.isinf(theirs))
+        banned_somewhere |= bool(np.isinf(theirs).any())
+    assert banned_somewhere == (n <= MAX_NEW)

@@ -159,10 +159,14 @@ def test_validation_outputs_of_a_carved_private_validation_are_refused(sweep, tm
     _write(f"{run}/results.json", json.dumps(results))
     _write(f"{run}/noise_to_signal.json")
     _write(f"{run}/decode_validation/hypotheses.validation.txt", "private sentence\n")
+    _write(f"{run}/decode_validation_norepeat3/hypotheses.validation.txt", "private sentence\n")
+    _write(f"{run}/decode_validation_notes.txt", "a file, not a decode folder\n")
     with pytest.raises(InputError) as raised:
         publishing.publish(str(sweep), str(tmp_path / "out"))
     assert "noise_to_signal.json: measured on validation pairs carved" in str(raised.value)
     assert "decode_validation/hypotheses.validation.txt" in str(raised.value)
+    assert "decode_validation_norepeat3/hypotheses.validation.txt" in str(raised.value)
+    assert "decode_validation_notes.txt" not in str(raised.value)
     assert not (tmp_path / "out").exists()
     results["validation_is_private"] = False  # Its own public split: published.
     _write(f"{run}/results.json", json.dumps(results))
