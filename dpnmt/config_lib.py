@@ -248,8 +248,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.num_beams = 1  # 1: greedy; > 1: beam search.
     c.eval.length_penalty = 1.0  # Beam search length penalty.
-    # n > 0: never repeat an n-gram within a hypothesis (transformers' option); 0: off.
-    c.eval.no_repeat_ngram_size = 0
+    c.eval.no_repeat_ngram_size = 0  # n > 0: ban repeating an n-gram in a hypothesis.
     c.eval.max_new_tokens = 64  # Generated tokens per sentence.
     c.eval.batch_size = 32  # Sentences per decoding batch.
     c.eval.bertscore = False  # Also score BERTScore on the test split.
