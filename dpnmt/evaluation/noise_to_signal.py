@@ -17,13 +17,14 @@ drew per-example dropout, so the norms describe the deterministic model.
 import dataclasses
 import math
 import os
+import tempfile
 
 import datasets
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpnmt import bridge, core, models
+from dpnmt import bridge, core, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
@@ -94,6 +95,64 @@ def clipped_signal(loss_fn, trainable, microbatches, l2_clip: float) -> Signal:
     )
 
 
+def _measure(run: RunConfig, corpus, tokenizer, built, params: dict, plan, max_examples) -> dict:
+    """`Signal` and noise to signal of each named parameter set on the validation split.
+
+    `built`: `pieces.build_model`'s (model, model_config); `params`: name -> parameters.
+    """
+    model, model_config = built
+    # The validation split alone: the private train split is not read or counted.
+    validation = datasets.DatasetDict(validation=corpus["validation"])
+    objective = pieces.make_objective(run.data, tokenizer)
+    tokenized, _ = pieces.tokenize_corpus(run, validation, tokenizer, objective)
+    lot_size = plan.expected_lot_size
+    split = tokenized["validation"]
+    n = min(len(split), int(max_examples or math.ceil(lot_size)))
+    micro = evaluator_lib.split_microbatches(
+        split.select(range(n)), run.data, run.train.physical_batch_size, tokenizer.pad_id
+    )
+    predicate = pieces.trainable_predicate(run.model)
+    out = {
+        "noise_multiplier": plan.noise_multiplier,
+        "l2_clip": plan.l2_clip,
+        "expected_lot_size": lot_size,
+        "validation_is_private": pieces.validation_is_carved_from_train(corpus),
+    }
+    num_trainable = 0
+    for name, values in params.items():
+        trainable, frozen = models.split_params(values, predicate)
+        num_trainable = sum(int(np.size(x)) for x in jax.tree.leaves(trainable))
+
+        def loss_fn(train, example, frozen=frozen):
+            return steps.example_loss(  # The training loss: its clipped gradients.
+                model,
+                model_config,
+                models.merge_params(train, frozen),
+                example,
+                None,
+                label_smoothing=float(run.train.label_smoothing),
+            )
+
+        out[name] = dataclasses.asdict(clipped_signal(loss_fn, trainable, micro, plan.l2_clip))
+    out["num_trainable"] = num_trainable
+    out["noise_norm"] = noise_norm(
+        plan.noise_multiplier, plan.l2_clip, lot_size, out["num_trainable"]
+    )
+    for name in params:
+        out[name]["noise_to_signal"] = out["noise_norm"] / max(
+            out[name]["mean_clipped_norm"], 1e-30
+        )
+    return out
+
+
+def _private_only(run: RunConfig, what: str) -> None:
+    if not run.dp.enabled:
+        raise ConfigError(
+            f"{what}: a non-private run adds no noise and clips nothing; give a DP "
+            "run's --workdir or a private config variant (e.g. :eps8)."
+        )
+
+
 def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -> dict:
     """Noise-to-signal of a trained run at its initial and its latest parameters.
 
@@ -111,60 +170,61 @@ def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -
     Raises:
       ConfigError: the run is not private (no noise, no clipping to compare).
     """
-    if not run.dp.enabled:
-        raise ConfigError(
-            f"{workdir} is a non-private run: it adds no noise and clips nothing; "
-            "give a DP run's --workdir."
-        )
+    _private_only(run, workdir)
     corpus = pieces.load_corpus(run.data)
     tokenizer, _ = pieces.build_tokenizer(run, corpus, workdir, noise_seed=None, learn=False)
-    # The validation split alone: the private train split is not read or counted.
-    validation = datasets.DatasetDict(validation=corpus["validation"])
-    objective = pieces.make_objective(run.data, tokenizer)
-    tokenized, _ = pieces.tokenize_corpus(run, validation, tokenizer, objective)
     model, model_config, initial = pieces.build_model(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     trained, plan, steps_done = decode.restore_params(run, workdir, initial)
-    lot_size = plan.expected_lot_size
-    split = tokenized["validation"]
-    n = min(len(split), int(max_examples or math.ceil(lot_size)))
-    micro = evaluator_lib.split_microbatches(
-        split.select(range(n)), run.data, run.train.physical_batch_size, tokenizer.pad_id
-    )
-    predicate = pieces.trainable_predicate(run.model)
     out = {
         "steps_done": steps_done,
         "steps_planned": plan.num_steps,
         "finished": decode.warn_if_unfinished(workdir),
-        "noise_multiplier": plan.noise_multiplier,
-        "l2_clip": plan.l2_clip,
-        "expected_lot_size": lot_size,
-        "validation_is_private": pieces.validation_is_carved_from_train(corpus),
     }
-    for name, params in (("initial", initial), ("trained", trained)):
-        trainable, frozen = models.split_params(params, predicate)
+    params = {"initial": initial, "trained": trained}
+    built = (model, model_config)
+    return out | _measure(run, corpus, tokenizer, built, params, plan, max_examples)
 
-        def loss_fn(train, example, frozen=frozen):
-            return steps.example_loss(  # The training loss: its clipped gradients.
-                model,
-                model_config,
-                models.merge_params(train, frozen),
-                example,
-                None,
-                label_smoothing=float(run.train.label_smoothing),
-            )
 
-        out[name] = dataclasses.asdict(clipped_signal(loss_fn, trainable, micro, plan.l2_clip))
-    out["num_trainable"] = sum(int(np.size(x)) for x in jax.tree.leaves(trainable))
-    out["noise_norm"] = noise_norm(
-        plan.noise_multiplier, plan.l2_clip, lot_size, out["num_trainable"]
-    )
-    for name in ("initial", "trained"):
-        out[name]["noise_to_signal"] = out["noise_norm"] / max(
-            out[name]["mean_clipped_norm"], 1e-30
+def measure_start(run: RunConfig, dataset_size: int, max_examples: int | None = None) -> dict:
+    """Noise-to-signal of a DP config at its starting parameters, before any training.
+
+    For choosing what to train (LoRA or the whole model, L, epochs) before any
+    privacy is spent: σ comes from the config's plan for N = `dataset_size`
+    (assumed public, as in every run), the signal from the public validation
+    split at the parameters training would start from. Nothing is written.
+
+    Args:
+      run: a private config (`RunConfig.of(config)`).
+      dataset_size: N, the private train split's size (given, not counted here).
+      max_examples: validation examples averaged (default: L, at most the split).
+
+    Returns:
+      `measure_run`'s dict with the `initial` set only and `steps_planned`.
+
+    Raises:
+      ConfigError: a non-private config, or a validation split carved from the
+        private train split (measuring on it would spend privacy), or a
+        tokenizer that must be learnt from the private data first.
+    """
+    _private_only(run, "the config")
+    corpus = pieces.load_corpus(run.data)
+    if pieces.validation_is_carved_from_train(corpus):
+        raise ConfigError(
+            f"data.corpus={run.data.corpus!r} has no validation split of its own: its "
+            "validation pairs would be carved from the private train split, and measuring on "
+            "them before training spends privacy; use a corpus with a public validation split."
         )
-    return out
+    plan = privacy.plan_privacy(run.dp, run.train, int(dataset_size))
+    with tempfile.TemporaryDirectory() as scratch:
+        tokenizer, _ = pieces.build_tokenizer(run, corpus, scratch, noise_seed=None, learn=False)
+        model, model_config, initial = pieces.build_model(
+            run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
+        )
+        built, params = (model, model_config), {"initial": initial}
+        measured = _measure(run, corpus, tokenizer, built, params, plan, max_examples)
+    return {"steps_done": 0, "steps_planned": plan.num_steps} | measured
 
 
 def write_run(workdir: str, max_examples: int | None = None) -> tuple[str, dict]:
@@ -199,6 +259,8 @@ def format_table(result: dict) -> str:
         )
     rows = []
     for name in ("initial", "trained"):
+        if name not in result:  # measure_start: before training.
+            continue
         r = result[name]
         rows.append(
             f"| {name} | {r['loss']:.2f} | {r['median_example_norm']:.3g} | "

@@ -114,3 +114,51 @@ def test_run_measurement_lands_in_private_when_validation_is_carved(tmp_path):
     with pytest.raises(ConfigError, match="non-private run"):
         noise_to_signal.measure_run(RunConfig.of(config), str(workdir))
     assert "| initial |" in table and "| trained |" in table
+
+
+@pytest.fixture(scope="module")
+def tiny_public_model(tmp_path_factory):
+    from tests.tiny_export import write_tiny_export
+
+    sentence = "ein kleiner Hund {i} läuft, a small dog runs"
+    return write_tiny_export(tmp_path_factory.mktemp("model"), sentence, feed_forward_proj="relu")
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_configs_start_is_measured_before_training_with_its_plans_sigma(tiny_public_model):
+    from dpnmt import privacy
+    from tests.small_configs import load_config
+
+    results = {}
+    for variant in ("eps8", "eps8,lora"):
+        config = load_config("multi30k_from_public", variant)
+        config.model.name_or_path = str(tiny_public_model)
+        run = RunConfig.of(config)
+        results[variant] = noise_to_signal.measure_start(run, 29000, max_examples=6)
+        plan = privacy.plan_privacy(run.dp, run.train, 29000)
+        result = results[variant]
+        assert set(result) >= {"initial", "noise_norm", "num_trainable"}
+        assert "trained" not in result and result["steps_done"] == 0
+        assert result["steps_planned"] == plan.num_steps
+        assert result["noise_multiplier"] == plan.noise_multiplier
+        assert result["noise_norm"] == pytest.approx(
+            plan.noise_multiplier * plan.l2_clip * math.sqrt(result["num_trainable"]) / 1024
+        )
+        assert result["initial"]["num_examples"] == 6 and not result["validation_is_private"]
+        assert "| initial |" in noise_to_signal.format_table(result)
+    # LoRA trains fewer parameters (even at this width): less noise on each update, by √d.
+    lora, full = results["eps8,lora"], results["eps8"]
+    assert lora["num_trainable"] < full["num_trainable"]
+    assert lora["noise_norm"] / full["noise_norm"] == pytest.approx(
+        math.sqrt(lora["num_trainable"] / full["num_trainable"])
+    )
+
+
+@needs_data
+def test_a_configs_start_is_not_measured_on_a_validation_carved_from_train():
+    carved = small_config("eps8")  # The WMT sample: validation carved from train.
+    with pytest.raises(ConfigError, match="carved from the private train split"):
+        noise_to_signal.measure_start(RunConfig.of(carved), 600)
+    with pytest.raises(ConfigError, match="non-private run"):
+        noise_to_signal.measure_start(RunConfig.of(small_config("nonprivate")), 600)
