@@ -204,9 +204,9 @@ def measure_start(run: RunConfig, dataset_size: int, max_examples: int | None = 
       `measure_run`'s dict with the `initial` set only and `steps_planned`.
 
     Raises:
-      ConfigError: a non-private config, or a validation split carved from the
+      ConfigError: a non-private config, a validation split carved from the
         private train split (measuring on it would spend privacy), or a
-        tokenizer that must be learnt from the private data first.
+        vocabulary learnt from the private train split.
     """
     _private_only(run, "the config")
     corpus = pieces.load_corpus(run.data)
@@ -216,9 +216,19 @@ def measure_start(run: RunConfig, dataset_size: int, max_examples: int | None = 
             "validation pairs would be carved from the private train split, and measuring on "
             "them before training spends privacy; use a corpus with a public validation split."
         )
+    kind = run.tokenizer_kind
+    if kind not in ("pretrained", "sentencepiece_public"):
+        raise ConfigError(
+            f"tokenizer.kind={kind!r} learns its vocabulary from the private train split "
+            "(spending privacy or outside the guarantee): measure a run's start with "
+            "--workdir after training, or use a public vocabulary (sentencepiece_public) "
+            "or a pretrained model's tokenizer."
+        )
     plan = privacy.plan_privacy(run.dp, run.train, int(dataset_size))
     with tempfile.TemporaryDirectory() as scratch:
-        tokenizer, _ = pieces.build_tokenizer(run, corpus, scratch, noise_seed=None, learn=False)
+        # A public vocabulary is learnt from public text only (or read from its cache).
+        learn = kind == "sentencepiece_public"
+        tokenizer, _ = pieces.build_tokenizer(run, corpus, scratch, noise_seed=None, learn=learn)
         model, model_config, initial = pieces.build_model(
             run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
         )

@@ -15,7 +15,7 @@ from dpnmt.errors import ConfigError
 from dpnmt.evaluation import noise_to_signal
 from dpnmt.training import loop
 from tests.markers import needs_data
-from tests.small_configs import small_config
+from tests.small_configs import load_config, small_config
 
 
 class _Linear(nn.Module):
@@ -128,7 +128,6 @@ def tiny_public_model(tmp_path_factory):
 @needs_data
 def test_a_configs_start_is_measured_before_training_with_its_plans_sigma(tiny_public_model):
     from dpnmt import privacy
-    from tests.small_configs import load_config
 
     results = {}
     for variant in ("eps8", "eps8,lora"):
@@ -162,3 +161,6 @@ def test_a_configs_start_is_not_measured_on_a_validation_carved_from_train():
         noise_to_signal.measure_start(RunConfig.of(carved), 600)
     with pytest.raises(ConfigError, match="non-private run"):
         noise_to_signal.measure_start(RunConfig.of(small_config("nonprivate")), 600)
+    dp_vocab = load_config("multi30k_dp_vocab", "eps8")  # Public validation, private vocabulary.
+    with pytest.raises(ConfigError, match="learns its vocabulary from the private train split"):
+        noise_to_signal.measure_start(RunConfig.of(dp_vocab), 29000)
