@@ -1,19 +1,20 @@
 r"""How loud a DP run's noise is against its clipped gradients (public validation data).
 
     python -m dpnmt.noise_to_signal --workdir=runs/m30k/eps8-poisson/seed0
-    python -m dpnmt.noise_to_signal --config=configs/multi30k_from_public_lora.py:eps8 \
-        --n=29000                               # before training: nothing spent
+    python -m dpnmt.noise_to_signal --config=configs/multi30k_from_public_lora.py:eps8
+                                                # before training: nothing spent
 
 With `--workdir`: prints, at the run's initial and trained parameters, the
 validation loss, the median per-example gradient norm, the share clipped, the
 norm of the mean clipped gradient and the noise norm σC√d/L against it; writes
 `noise_to_signal.json` to the workdir (to `private/` when the validation split
-was carved from train). With `--config` and `--n` (N, the private train split's
-size, assumed public): the same table at the parameters training would start
-from, σ from the config's plan for that N, on the public validation split
-(refused when validation would be carved from train); for choosing what to
-train (LoRA or the whole model, L, epochs) before any privacy is spent; writes
-nothing. Logic: `dpnmt.evaluation.noise_to_signal`.
+was carved from train). With `--config` (a private, per-example config): after
+every check training makes before it spends privacy, the same table at the
+parameters training would start from, σ from the config's plan (N counted as
+training counts it, assumed public), on the public validation split (refused
+when validation would be carved from train); for choosing what to train (LoRA
+or the whole model, L, epochs) before any privacy is spent; writes nothing.
+Logic: `dpnmt.evaluation.noise_to_signal`.
 """
 
 from absl import app, flags
@@ -25,9 +26,6 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "A trained run's folder.")
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Or a private config: measured at its start, before training."
 )
-_N = flags.DEFINE_integer(
-    "n", None, "With --config: N, the private train split's size (assumed public).", lower_bound=1
-)
 _MAX_EXAMPLES = flags.DEFINE_integer(
     "max_examples", None, "Validation examples averaged (default: the lot size L)."
 )
@@ -38,19 +36,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if (_WORKDIR.value is None) == (_CONFIG.value is None):
-        cli.fail("give exactly one of --workdir (a trained DP run) or --config (with --n).")
-    if _CONFIG.value is not None and _N.value is None:
-        cli.fail("--config needs --n: N, the private train split's size (e.g. --n=29000).")
-    if _WORKDIR.value is not None and _N.value is not None:
-        cli.fail("--n goes with --config only: a run's N is in its own plan.")
+        cli.fail("give exactly one of --workdir (a trained DP run) or --config (its start).")
     cli.setup_logging()
     from dpnmt.config import RunConfig  # noqa: PLC0415 - heavy: not for --help.
     from dpnmt.evaluation import noise_to_signal  # noqa: PLC0415
 
     if _CONFIG.value is not None:
-        result = noise_to_signal.measure_start(
-            RunConfig.of(_CONFIG.value), _N.value, _MAX_EXAMPLES.value
-        )
+        result = noise_to_signal.measure_start(RunConfig.of(_CONFIG.value), _MAX_EXAMPLES.value)
         print(noise_to_signal.format_table(result))
         return
     path, result = noise_to_signal.write_run(_WORKDIR.value, _MAX_EXAMPLES.value)

@@ -258,11 +258,31 @@ def test_a_tagged_test_decoding_adds_a_row_with_its_scores_and_the_runs_epsilon(
         assert tagged[column] == own[column], column
 
 
-def test_a_tagged_decoding_of_another_checkpoint_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"steps_done": 565},  # Another checkpoint.
+        {"split": "validation"},
+        {"scores": {"num_sentences": 50}},  # dpnmt.decode --max_examples=50.
+        {"privacy": {"noise_multiplier": 1.5}},  # Another run's decode.
+        {"privacy": {"dp_sgd_epsilon": 3.0}},
+    ],
+)
+def test_a_tagged_decoding_that_is_not_this_runs_whole_test_decode_is_refused(tmp_path, change):
     folder = _copy(RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0", tmp_path)
     path = folder / "decode_test_norepeat6" / "results.json"
     decoded = json.loads(path.read_text())
-    path.write_text(json.dumps({**decoded, "steps_done": decoded["steps_done"] - 1}))
-    with pytest.raises(ConfigError, match="final parameters"):
+    for key, value in change.items():
+        decoded[key] = {**decoded[key], **value} if isinstance(value, dict) else value
+    path.write_text(json.dumps(decoded))
+    with pytest.raises(ConfigError, match="not a whole test decode"):
         report.write_runs_report([str(folder)], str(tmp_path / "out"), decodings=["norepeat6"])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("tag,message", [("norepeat9", "no run has"), ("../x", "not tags")])
+def test_a_decodings_tag_no_run_has_or_malformed_is_refused(tmp_path, tag, message):
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    with pytest.raises(ConfigError, match=message):
+        report.write_runs_report([str(run)], str(tmp_path / "out"), decodings=[tag])
     assert not (tmp_path / "out").exists()

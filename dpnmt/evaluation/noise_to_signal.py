@@ -26,10 +26,11 @@ import numpy as np
 
 from dpnmt import bridge, core, models, privacy
 from dpnmt.config import RunConfig
+from dpnmt.data import checks as data_checks
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode
 from dpnmt.evaluation import evaluator as evaluator_lib
-from dpnmt.training import pieces, steps
+from dpnmt.training import pieces, preflight, steps
 from dpnmt.training.run_dir import NOISE_TO_SIGNAL_FILE, RunDir, write_json
 
 
@@ -187,28 +188,37 @@ def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -
     return out | _measure(run, corpus, tokenizer, built, params, plan, max_examples)
 
 
-def measure_start(run: RunConfig, dataset_size: int, max_examples: int | None = None) -> dict:
+def measure_start(run: RunConfig, max_examples: int | None = None) -> dict:
     """Noise-to-signal of a DP config at its starting parameters, before any training.
 
     For choosing what to train (LoRA or the whole model, L, epochs) before any
-    privacy is spent: σ comes from the config's plan for N = `dataset_size`
-    (assumed public, as in every run), the signal from the public validation
-    split at the parameters training would start from. Nothing is written.
+    privacy is spent: first every check training makes before it spends
+    privacy (`preflight.check_run`: public vocabulary text that is not the
+    corpus's, the starting model's claim, L < N, a reachable ε); then σ from
+    the config's plan for N (the train pairs kept, counted as training counts
+    them: assumed public, as in every run), and the signal on the public
+    validation split at the parameters training would start from. Nothing is
+    written but a public vocabulary's cache.
 
     Args:
-      run: a private config (`RunConfig.of(config)`).
-      dataset_size: N, the private train split's size (given, not counted here).
+      run: a private config (`RunConfig.of(config)`), unit "example".
       max_examples: validation examples averaged (default: L, at most the split).
 
     Returns:
-      `measure_run`'s dict with the `initial` set only and `steps_planned`.
+      `measure_run`'s dict with the `initial` set only, `steps_planned` and N.
 
     Raises:
-      ConfigError: a non-private config, a validation split carved from the
-        private train split (measuring on it would spend privacy), or a
-        vocabulary learnt from the private train split.
+      ConfigError: a non-private or per-group config, a validation split carved
+        from the private train split (measuring on it would spend privacy), a
+        vocabulary learnt from the private train split, or any problem
+        training would refuse.
     """
     _private_only(run, "the config")
+    if run.dp.unit != privacy.EXAMPLE:
+        raise ConfigError(
+            f"dp.unit={run.dp.unit!r}: the start is measured for per-example DP only; "
+            "measure a per-group run with --workdir after training."
+        )
     corpus = pieces.load_corpus(run.data)
     if pieces.validation_is_carved_from_train(corpus):
         raise ConfigError(
@@ -224,8 +234,11 @@ def measure_start(run: RunConfig, dataset_size: int, max_examples: int | None = 
             "--workdir after training, or use a public vocabulary (sentencepiece_public) "
             "or a pretrained model's tokenizer."
         )
-    plan = privacy.plan_privacy(run.dp, run.train, int(dataset_size))
     with tempfile.TemporaryDirectory() as scratch:
+        preflight.check_run(run, scratch, load_corpus=lambda _: corpus)
+        plan = privacy.plan_privacy(
+            run.dp, run.train, data_checks.kept_pairs(corpus["train"], run.data.pair)
+        )
         # A public vocabulary is learnt from public text only (or read from its cache).
         learn = kind == "sentencepiece_public"
         tokenizer, _ = pieces.build_tokenizer(run, corpus, scratch, noise_seed=None, learn=learn)
@@ -234,7 +247,8 @@ def measure_start(run: RunConfig, dataset_size: int, max_examples: int | None = 
         )
         built, params = (model, model_config), {"initial": initial}
         measured = _measure(run, corpus, tokenizer, built, params, plan, max_examples)
-    return {"steps_done": 0, "steps_planned": plan.num_steps} | measured
+    start = {"steps_done": 0, "steps_planned": plan.num_steps, "dataset_size": plan.dataset_size}
+    return start | measured
 
 
 def write_run(workdir: str, max_examples: int | None = None) -> tuple[str, dict]:

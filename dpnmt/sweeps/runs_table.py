@@ -11,6 +11,7 @@ import glob
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 
 from dpnmt.errors import ConfigError
@@ -129,6 +130,11 @@ def row(run: PublishedRun) -> dict:
     }
 
 
+# A re-decoding's privacy record must be its run's: the same model, so the same ε.
+SAME_PLAN = ("noise_multiplier", "dataset_size", "expected_lot_size", "steps_planned")
+SAME_PLAN += ("dp_sgd_epsilon", "total_epsilon", "sampling")
+
+
 def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
     """Each run's row, followed by a row per tagged re-decoding of its test split.
 
@@ -138,10 +144,14 @@ def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
     model, so the same ε. A run without that folder has no such row.
 
     Raises:
-      ConfigError: a tagged decoding that did not decode the run's final
-        parameters of the test split (its `steps_done` or `split` differs).
+      ConfigError: a tagged decoding that is not a whole test decode of the
+        run's final parameters (its split, `steps_done`, sentence count or
+        privacy plan differs), a malformed tag, or a tag no run has.
     """
-    rows = []
+    bad = [t for t in tags if not re.fullmatch(r"[A-Za-z0-9_-]+", t)]
+    if bad:
+        raise ConfigError(f"--decodings: {bad} are not tags (letters, digits, '-' and '_').")
+    rows, found = [], set()
     for run in runs:
         rows.append(row(run))
         for tag in tags:
@@ -151,16 +161,28 @@ def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
             with open(path) as f:
                 decoded = json.load(f)
             steps = run.results.get("steps_done")
-            if decoded.get("split") != "test" or decoded.get("steps_done") != steps:
+            sentences = run.results["test"].get("num_sentences")
+            plan = {k: run.privacy.get(k) for k in SAME_PLAN}
+            if (
+                decoded.get("split") != "test"
+                or decoded.get("steps_done") != steps
+                or decoded.get("scores", {}).get("num_sentences") != sentences
+                or {k: decoded.get("privacy", {}).get(k) for k in SAME_PLAN} != plan
+            ):
                 raise ConfigError(
-                    f"{path}: not a test decode of the run's final parameters (split "
-                    f"{decoded.get('split')!r}, steps {decoded.get('steps_done')} of {steps}); "
-                    f"rerun dpnmt.decode --split=test --tag={tag}."
+                    f"{path}: not a whole test decode of this run's final parameters (split "
+                    f"{decoded.get('split')!r}, steps {decoded.get('steps_done')} of {steps}, "
+                    f"{decoded.get('scores', {}).get('num_sentences')} sentences of {sentences}, "
+                    f"or another run's plan); rerun dpnmt.decode --split=test --tag={tag}."
                 )
+            found.add(tag)
             redecoded = dataclasses.replace(
                 run, name=f"{run.name} [{tag}]", results={**run.results, "test": decoded["scores"]}
             )
             rows.append(row(redecoded))
+    if set(tags) - found:
+        missing = sorted(set(tags) - found)
+        raise ConfigError(f"--decodings: no run has decode_test_<tag>/ for {missing}.")
     return rows
 
 

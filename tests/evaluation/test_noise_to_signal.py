@@ -134,12 +134,13 @@ def test_a_configs_start_is_measured_before_training_with_its_plans_sigma(tiny_p
         config = load_config("multi30k_from_public", variant)
         config.model.name_or_path = str(tiny_public_model)
         run = RunConfig.of(config)
-        results[variant] = noise_to_signal.measure_start(run, 29000, max_examples=6)
+        results[variant] = noise_to_signal.measure_start(run, max_examples=6)
         plan = privacy.plan_privacy(run.dp, run.train, 29000)
         result = results[variant]
         assert set(result) >= {"initial", "noise_norm", "num_trainable"}
         assert "trained" not in result and result["steps_done"] == 0
-        assert result["steps_planned"] == plan.num_steps
+        assert result["steps_planned"] == plan.num_steps == 566  # 20 epochs of L 1,024.
+        assert result["dataset_size"] == 29000  # Multi30K's train pairs, counted as training does.
         assert result["noise_multiplier"] == plan.noise_multiplier
         assert result["noise_norm"] == pytest.approx(
             plan.noise_multiplier * plan.l2_clip * math.sqrt(result["num_trainable"]) / 1024
@@ -158,9 +159,14 @@ def test_a_configs_start_is_measured_before_training_with_its_plans_sigma(tiny_p
 def test_a_configs_start_is_not_measured_on_a_validation_carved_from_train():
     carved = small_config("eps8")  # The WMT sample: validation carved from train.
     with pytest.raises(ConfigError, match="carved from the private train split"):
-        noise_to_signal.measure_start(RunConfig.of(carved), 600)
+        noise_to_signal.measure_start(RunConfig.of(carved))
     with pytest.raises(ConfigError, match="non-private run"):
-        noise_to_signal.measure_start(RunConfig.of(small_config("nonprivate")), 600)
+        noise_to_signal.measure_start(RunConfig.of(small_config("nonprivate")))
     dp_vocab = load_config("multi30k_dp_vocab", "eps8")  # Public validation, private vocabulary.
     with pytest.raises(ConfigError, match="learns its vocabulary from the private train split"):
-        noise_to_signal.measure_start(RunConfig.of(dp_vocab), 29000)
+        noise_to_signal.measure_start(RunConfig.of(dp_vocab))
+    # Public vocabulary text that is the private corpus: refused as training refuses it.
+    leaky = load_config("multi30k_scratch_recipe", "eps8")
+    leaky.tokenizer.public_corpora = leaky.data.corpus
+    with pytest.raises(ConfigError, match="public_corpora"):
+        noise_to_signal.measure_start(RunConfig.of(leaky))
