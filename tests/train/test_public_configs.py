@@ -297,3 +297,22 @@ def test_the_captions_rows_validate_on_the_held_out_half_only():
         config = _get_config(ROOT / "configs" / "multi30k_from_captions.py", variant)
         assert _names(config.data.corpus) == {"files:multi30k_heldout"}, variant
         assert config.model.name_or_path.endswith("/public_de_en_captions"), variant
+
+
+@pytest.mark.parametrize(
+    "pattern,constant",
+    [
+        ("docs/results/standin/*/eps8-poisson/seed0", "DP_LEARNING_RATE"),
+        ("docs/results/standin_lora/*/eps8-poisson/seed0", "LORA_LEARNING_RATE"),
+    ],
+)
+def test_the_rows_rates_are_the_committed_standin_grids_winners(pattern, constant):
+    """The Multi30K rows' rates are what the tuning rule picked on the public stand-in."""
+    from dpnmt.sweeps import runs_table, tuning_table
+
+    runs, not_finished = runs_table.load_runs(runs_table.expand([str(ROOT / pattern)]))
+    assert len(runs) >= 3 and not not_finished, pattern
+    rows = tuning_table.choose([tuning_table.row(r) for r in runs])
+    (winner,) = [r for r in rows if r["chosen"] == tuning_table.CHOSEN]
+    rate = getattr(_module(ROOT / "configs" / "multi30k_from_public.py"), constant)
+    assert float(winner["learning_rate"]) == rate, (winner["run"], rate)
