@@ -16,12 +16,11 @@ Logic: `dpnmt.evaluation.decode`.
 """
 
 import dataclasses
-import re
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli
+from dpnmt import cli, decode_folders
 from dpnmt.config import RunConfig
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -55,7 +54,7 @@ def main(argv):
     """Loads the run (or pretrained model), decodes and scores."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if _TAG.value is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", _TAG.value):
+    if _TAG.value is not None and not decode_folders.is_tag(_TAG.value):
         cli.fail(f"--tag={_TAG.value!r}: use letters, digits, '-' and '_' only (a folder name).")
     cli.setup_logging()
     # Here, not at the top: --help and flag errors answer before JAX and torch load.

@@ -42,6 +42,7 @@ LAYERS = (
             "dpnmt.privacy",
             "dpnmt.distributed",
             "dpnmt.public_names",
+            "dpnmt.decode_folders",
         ),
     ),
     # Scoring a model (used by training's validation) and the audit's pure parts.

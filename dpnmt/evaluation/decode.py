@@ -9,11 +9,10 @@ import dataclasses
 import json
 import logging
 import os
-import re
 
 import jax
 
-from dpnmt import bridge, models, privacy
+from dpnmt import bridge, decode_folders, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import text_objective, tokenizers
 from dpnmt.errors import ConfigError, MissingInputError, raise_problems
@@ -56,12 +55,9 @@ def warn_if_unfinished(workdir: str) -> bool:
     return finished
 
 
-TAG_PATTERN = r"[A-Za-z0-9_-]+"
-
-
 def check_tag(tag: str | None) -> None:
-    """Raises ConfigError unless `tag` is None or a plain folder-name part (`TAG_PATTERN`)."""
-    if tag is not None and not re.fullmatch(TAG_PATTERN, tag):
+    """Raises ConfigError unless `tag` is None or a tag (`decode_folders.is_tag`)."""
+    if tag is not None and not decode_folders.is_tag(tag):
         raise ConfigError(
             f"tag={tag!r}: use letters, digits, '-' and '_' only (it names the folder "
             "decode_<split>_<tag> inside the run's folder)."
@@ -158,7 +154,7 @@ def decode_and_score(
     }
     # Hypotheses of pairs carved from the private train split are private.
     private = split == "validation" and pieces.validation_is_carved_from_train(corpus)
-    name = f"decode_{split}" + (f"_{tag}" if tag else "")
+    name = decode_folders.folder(split, tag)
     output_dir = output_dir or RunDir(workdir).output_path(name, private=private)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, f"hypotheses.{split}.txt"), "w", encoding="utf-8") as f:

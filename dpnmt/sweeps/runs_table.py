@@ -11,9 +11,9 @@ import glob
 import json
 import math
 import os
-import re
 from collections.abc import Sequence
 
+from dpnmt import decode_folders
 from dpnmt.errors import ConfigError
 from dpnmt.sweeps import epsilon_check, summary
 from dpnmt.sweeps.summary import as_float
@@ -148,14 +148,14 @@ def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
         run's final parameters (its split, `steps_done`, sentence count or
         privacy plan differs), a malformed tag, or a tag no run has.
     """
-    bad = [t for t in tags if not re.fullmatch(r"[A-Za-z0-9_-]+", t)]
+    bad = [t for t in tags if not decode_folders.is_tag(t)]
     if bad:
         raise ConfigError(f"--decodings: {bad} are not tags (letters, digits, '-' and '_').")
     rows, found = [], set()
     for run in runs:
         rows.append(row(run))
         for tag in tags:
-            path = os.path.join(run.folder, f"decode_test_{tag}", RESULTS)
+            path = os.path.join(run.folder, decode_folders.folder("test", tag), RESULTS)
             if not os.path.isfile(path):
                 continue
             with open(path) as f:

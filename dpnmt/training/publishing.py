@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 
+from dpnmt import decode_folders
 from dpnmt.errors import InputError
 from dpnmt.training.run_dir import (
     CHECKPOINT_DIR,
@@ -160,10 +161,9 @@ def _carved_validation_problems(workdir: str, files: list[str]) -> list[str]:
         for other in files:
             inside = os.path.relpath(other, folder)
             top = inside.split(os.sep, 1)[0]
-            tagged = top.startswith("decode_validation_")  # dpnmt.decode --tag
-            if inside == NOISE_TO_SIGNAL_FILE or (
-                os.sep in inside and (top == "decode_validation" or tagged)
-            ):
+            untagged = decode_folders.folder("validation")
+            tagged = top.startswith(untagged + "_")  # dpnmt.decode --tag
+            if inside == NOISE_TO_SIGNAL_FILE or (os.sep in inside and (top == untagged or tagged)):
                 problems.append(
                     f"{other}: measured on validation pairs carved from the private train "
                     f"split, so it belongs in {PRIVATE_DIR}/ (written by an older version)"
