@@ -8,6 +8,8 @@ imports: the apps check a tag before JAX loads.
 import re
 
 TAG_PATTERN = r"[A-Za-z0-9_-]+"  # A tag is a plain part of a folder name.
+# The privacy record of a zero-shot decode (`--zero_shot`): no training data was used.
+ZERO_SHOT_NOTE = "zero-shot: no training data used"
 
 
 def is_tag(text: str) -> bool:

@@ -16,7 +16,9 @@ table, not averaged. A single run's folder (results.json, no sweep.json) gets th
 published folder (results.json; metrics.jsonl, noise_to_signal.json and
 decode_test/ when present). Writes to `--out` one row per run in `table.md`
 and `table.csv` (with `--decodings=TAG`, a row "<run> [TAG]" under each run
-that has a test re-decoding `decode_test_TAG/`, e.g. with an n-gram ban),
+that has a test re-decoding `decode_test_TAG/`, e.g. with an n-gram ban;
+with `--starts=FOLDER`, first a row per public start decoded zero-shot,
+`dpnmt.decode --zero_shot --split=test --workdir=FOLDER`: ε 0, the baseline),
 with noise to signal, validation BLEU extrapolated from the measured curves
 (labelled as such) and sample test translations under the table in `table.md`,
 and `learning_curves.png` (validation loss and BLEU by epoch). Every private
@@ -50,6 +52,9 @@ _SAMPLES = flags.DEFINE_integer("samples", 3, "--runs: test translations shown p
 _DECODINGS = flags.DEFINE_list(
     "decodings", [], "--runs: tags of test re-decodings (decode_test_<tag>/): a row each."
 )
+_STARTS = flags.DEFINE_list(
+    "starts", [], "--runs: zero-shot decode workdirs of public starts (ε 0 baseline rows)."
+)
 _EXTRAPOLATE_TO = flags.DEFINE_float(
     "extrapolate_to", None, "--runs: epoch to extrapolate to (default: twice each run's last)."
 )
@@ -66,6 +71,9 @@ def main(argv):
     for name, given in (("groups", _GROUPS.value), ("tuning", _TUNING.value)):
         if given and _RUNS.value is None:
             raise ConfigError(f"--{name} needs --runs: the run folders of the table.")
+    for name, given in (("decodings", _DECODINGS.value), ("starts", _STARTS.value)):
+        if given and (_RUNS.value is None or _GROUPS.value or _TUNING.value):
+            raise ConfigError(f"--{name} belongs to the runs table: give it with --runs only.")
     from dpnmt.sweeps import report  # noqa: PLC0415 - heavy (plots, accounting): not for --help.
 
     if _RUNS.value is not None:
@@ -82,6 +90,7 @@ def main(argv):
             samples=_SAMPLES.value,
             extrapolate_to=_EXTRAPOLATE_TO.value,
             decodings=_DECODINGS.value,
+            starts=_STARTS.value,
         )
         print(markdown)
         written = (report.TABLE_MD, report.TABLE_CSV, *report.RUNS_FIGURES)

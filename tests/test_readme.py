@@ -55,18 +55,25 @@ def test_committed_results_hold_no_local_path():
 
 
 def test_readme_runs_tables_are_the_committed_runs_results():
-    # Each `<!-- runs table: FOLDER,FOLDER [decodings=TAG,TAG] -->` marker is followed by
-    # the table that `dpnmt.report --runs=FOLDER,FOLDER [--decodings=TAG,TAG]` makes.
+    # Each `<!-- runs table: FOLDER,FOLDER [starts=FOLDER] [decodings=TAG,TAG] -->` marker is
+    # followed by the table that `dpnmt.report --runs=FOLDER,FOLDER [--starts=FOLDER]
+    # [--decodings=TAG,TAG]` makes.
     from dpnmt.sweeps import runs_table
 
     text = _text()
-    markers = re.findall(r"<!-- runs table: (\S+)(?: decodings=(\S+))? -->\n((?:\|.*\n)+)", text)
+    markers = re.findall(
+        r"<!-- runs table: (\S+)(?: starts=(\S+))?(?: decodings=(\S+))? -->\n((?:\|.*\n)+)", text
+    )
     assert markers, "the measured runs tables lost their markers"
-    for folders, tags, table in markers:
+    for folders, starts, tags, table in markers:
         paths = [str(README.parent / f) for f in folders.split(",")]
         runs, not_finished = runs_table.load_runs(paths)
         assert runs and not not_finished, folders
-        rows = runs_table.decoding_rows(runs, tags.split(",") if tags else [])
+        tags = tags.split(",") if tags else []
+        sentences = runs[0].results["test"].get("num_sentences")
+        start_paths = [str(README.parent / f) for f in starts.split(",")] if starts else []
+        rows = runs_table.start_rows(start_paths, tags, sentences) if starts else []
+        rows += runs_table.decoding_rows(runs, tags)
         expected = runs_table.to_markdown(rows, []).split("\n\n")[0]
         assert table.strip() == expected.strip(), folders
 

@@ -169,6 +169,17 @@ def test_app_needs_exactly_one_source_and_an_out_folder(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag", ["--starts=docs/results/captions_zeroshot_test", "--decodings=x"])
+@pytest.mark.parametrize("source", [["--workdir=W"], ["--tuning", "--runs=W"]])
+def test_starts_and_decodings_belong_to_the_runs_table_only(tmp_path, flag, source):
+    args = [a.replace("=W", f"={tmp_path}") for a in source]
+    with flagsaver.flagsaver():
+        flags.FLAGS(["report", *args, flag, f"--out={tmp_path / 'out'}"])
+        with pytest.raises(ConfigError, match="belongs to the runs table"):
+            report_app.main(["report"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_noise_to_signal_says_when_no_run_is_private(tmp_path):
     folder = _copy(RESULTS / "m30k_nonprivate_ref", tmp_path)
     markdown = report.write_runs_report([str(folder)], str(tmp_path / "out"), samples=1)
@@ -286,3 +297,54 @@ def test_a_decodings_tag_no_run_has_or_malformed_is_refused(tmp_path, tag, messa
     with pytest.raises(ConfigError, match=message):
         report.write_runs_report([str(run)], str(tmp_path / "out"), decodings=[tag])
     assert not (tmp_path / "out").exists()
+
+
+START = RESULTS / "captions_zeroshot_test"  # The captions stage's export decoded zero-shot.
+
+
+def test_a_zero_shot_start_adds_rows_first_with_its_scores_and_epsilon_zero(tmp_path):
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    out = tmp_path / "out"
+    report.write_runs_report([str(run)], str(out), decodings=["norepeat6"], starts=[str(START)])
+    with open(out / report.TABLE_CSV) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run"] for r in rows[:2]] == [
+        "captions_zeroshot_test (zero-shot)",
+        "captions_zeroshot_test (zero-shot) [norepeat6]",
+    ]
+    for row, folder in zip(rows, ("decode_test", "decode_test_norepeat6"), strict=False):
+        scores = json.loads((START / folder / "results.json").read_text())["scores"]
+        assert float(row["bleu"]) == scores["bleu"]
+        assert float(row["bertscore_f1"]) == scores["bertscore"]["f1"]
+        assert float(row["epsilon"]) == float(row["epsilon_total"]) == 0.0
+        assert row["steps"] == "0" and math.isnan(float(row["sigma"]))
+    assert rows[2]["run"] == "seed0"  # The DP run's own rows follow.
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"steps_done": 566},  # A trained run's decode, not a zero-shot one.
+        {"split": "validation"},
+        {"scores": {"num_sentences": 50}},
+        {"privacy": {"private": True}},
+    ],
+)
+def test_a_start_that_is_not_a_whole_zero_shot_test_decode_is_refused(tmp_path, change):
+    folder = tmp_path / "start"
+    shutil.copytree(START, folder)
+    path = folder / "decode_test" / "results.json"
+    decoded = json.loads(path.read_text())
+    for key, value in change.items():
+        decoded[key] = {**decoded[key], **value} if isinstance(value, dict) else value
+    path.write_text(json.dumps(decoded))
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    with pytest.raises(ConfigError, match="not a whole zero-shot decode"):
+        report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_start_without_a_test_decode_is_refused(tmp_path):
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    with pytest.raises(ConfigError, match="--starts: .* has no decode_test"):
+        report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(run.parent)])

@@ -121,7 +121,7 @@ def decode_and_score(
     model, model_config, params = pieces.build_model(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
-    report, steps_done = {"private": False, "note": "zero-shot: no training data used"}, 0
+    report, steps_done = {"private": False, "note": decode_folders.ZERO_SHOT_NOTE}, 0
     if not zero_shot:
         params, plan, steps_done = restore_params(run, workdir, params)
         report = privacy_report(

@@ -70,6 +70,7 @@ def write_runs_report(
     samples: int = 3,
     extrapolate_to: float | None = None,
     decodings: Sequence[str] = (),
+    starts: Sequence[str] = (),
 ) -> str:
     """Writes one table of the finished run folders matched by `patterns` to `out`.
 
@@ -85,6 +86,8 @@ def write_runs_report(
         each run's last epoch).
       decodings: tags of re-decodings of the test split: a row "<run> [<tag>]"
         under each run that has `decode_test_<tag>/` (`runs_table.decoding_rows`).
+      starts: zero-shot decode workdirs of the public starts: rows first, ε 0
+        (`runs_table.start_rows`, with their `decode_test_<tag>/` where present).
 
     Returns:
       The Markdown written to table.md.
@@ -92,7 +95,9 @@ def write_runs_report(
     runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
     if not runs:
         raise ConfigError(f"--runs matched no finished run ({len(not_finished)} not finished).")
-    rows = runs_table.decoding_rows(runs, decodings)
+    sentences = runs[0].results["test"].get("num_sentences")
+    rows = runs_table.start_rows(runs_table.expand(starts), decodings, sentences) if starts else []
+    rows += runs_table.decoding_rows(runs, decodings)
     markdown = "\n".join(
         [
             runs_table.to_markdown(rows, not_finished),

@@ -19,6 +19,7 @@ from dpnmt.sweeps import epsilon_check, summary
 from dpnmt.sweeps.summary import as_float
 
 RESULTS, METRICS = "results.json", "metrics.jsonl"
+NO_PRIVATE_DATA = "no private data"  # The sampling column of a zero-shot start's row.
 
 # (CSV name, Markdown header).
 COLUMNS = (
@@ -186,6 +187,66 @@ def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
     return rows
 
 
+def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | None) -> list[dict]:
+    """Rows for public starts decoded without training, the baseline a DP row must beat.
+
+    Each folder is a `dpnmt.decode --zero_shot --split=test --workdir=<folder>`
+    output: a row "<folder name> (zero-shot)" from `decode_test/`, then one
+    "... [<tag>]" per tag that has `decode_test_<tag>/`. No private data was
+    used, so ε is 0; σ, L, steps and time do not apply.
+
+    Args:
+      folders: zero-shot decode workdirs.
+      tags: re-decoding tags (`decode_test_<tag>/`; absent ones are skipped).
+      sentences: the table's test sentence count, or None to skip that check.
+
+    Raises:
+      ConfigError: a folder without `decode_test/results.json`, or a decode
+        that is not a whole zero-shot decode of the test split.
+    """
+    rows = []
+    for name, folder in zip(_names(list(folders)), folders, strict=True):
+        if not os.path.isfile(os.path.join(folder, decode_folders.folder("test"), RESULTS)):
+            raise ConfigError(
+                f"--starts: {folder} has no {decode_folders.folder('test')}/{RESULTS}: run "
+                f"dpnmt.decode --zero_shot --split=test --workdir={folder} first."
+            )
+        for tag in (None, *tags):
+            path = os.path.join(folder, decode_folders.folder("test", tag), RESULTS)
+            if not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                decoded = json.load(f)
+            scores = decoded.get("scores", {})
+            if (
+                decoded.get("split") != "test"
+                or decoded.get("steps_done") != 0
+                or decoded.get("privacy")
+                != {"private": False, "note": decode_folders.ZERO_SHOT_NOTE}
+                or (sentences is not None and scores.get("num_sentences") != sentences)
+            ):
+                raise ConfigError(
+                    f"{path}: not a whole zero-shot decode of the test split ({sentences} "
+                    "sentences); give --starts what dpnmt.decode --zero_shot --split=test wrote."
+                )
+            nan = math.nan
+            rows.append(
+                {
+                    "run": f"{name} (zero-shot)" + (f" [{tag}]" if tag else ""),
+                    "sampling": NO_PRIVATE_DATA,
+                    "bleu": as_float(scores.get("bleu")),
+                    "chrf": as_float(scores.get("chrf")),
+                    "bertscore_f1": as_float(scores.get("bertscore", {}).get("f1")),
+                    "epsilon": 0.0,
+                    "epsilon_total": 0.0,
+                    **dict.fromkeys(("sigma", "lot_size", "seconds_per_epoch"), nan),
+                    **dict.fromkeys(("steps", "epochs"), 0),
+                    "epsilon_recomputed": nan,
+                }
+            )
+    return rows
+
+
 def markdown_rows(
     rows: list[dict], columns: Sequence[tuple[str, str]], digits: dict[str, int]
 ) -> list[str]:
@@ -223,6 +284,11 @@ def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
         "in the run's results.json (a run that disagrees is refused). epochs = steps · L / N; "
         "s / epoch: the run's last session.",
     ]
+    if any(r["sampling"] == NO_PRIVATE_DATA for r in rows):
+        lines[-1] += (
+            " A '(zero-shot)' row is a public start decoded without any training on this "
+            "corpus (`--starts`): no private data, so ε 0; the baseline the DP rows must beat."
+        )
     if not_finished:
         lines.append(f"\nNot in the table (not finished): {', '.join(not_finished)}.")
     return "\n".join(lines) + "\n"
