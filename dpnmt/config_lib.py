@@ -228,6 +228,10 @@ def base_config() -> ml_collections.ConfigDict:
     # Label smoothing of the training loss (each example's own token mean; 0: plain
     # cross-entropy). Validation loss stays plain cross-entropy.
     c.train.label_smoothing = 0.0  # In [0, 1).
+    # Moving average of the parameters (Polyak / EMA; post-processing: no privacy
+    # spent): with a decay > 0 the average is the run's model (validated, tested,
+    # decoded, exported). 0: the last iterate.
+    c.train.ema_decay = 0.0  # In [0, 1); e.g. 0.99.
     # Validation loss + BLEU every K steps (0: only at the end; None: at most
     # EVALUATIONS_PER_RUN times a run and at most once per
     # EVAL_EXAMPLE_RATIO * data.max_eval_examples trained examples, see

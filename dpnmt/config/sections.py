@@ -342,6 +342,7 @@ class TrainConfig(Section):
     decay: Decay = "linear"
     weight_decay: float = 0.0
     label_smoothing: float = 0.0
+    ema_decay: float = 0.0
     eval_every_steps: int | None = None
     early_stopping_patience: int = 0
     checkpoint_every_steps: int = 50
@@ -364,6 +365,7 @@ class TrainConfig(Section):
                 ("warmup_steps", at_least(0), ">= 0"),
                 ("weight_decay", at_least(0), ">= 0"),
                 ("label_smoothing", unit_right_open, "in [0, 1) (0: plain cross-entropy)"),
+                ("ema_decay", unit_right_open, "in [0, 1) (0: no average; e.g. 0.99)"),
                 ("eval_every_steps", at_least(0), ">= 0 (0: only at the end; unset: auto)"),
                 ("early_stopping_patience", at_least(0), ">= 0 (0: never stop early)"),
                 ("checkpoint_every_steps", at_least(1), ">= 1"),

@@ -20,6 +20,7 @@ from dpnmt.evaluation import evaluator as evaluator_lib
 from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, RESULTS_FILE, RunDir, write_json
+from dpnmt.training.state import LoopState
 
 
 def load_run_config(workdir: str) -> RunConfig:
@@ -188,8 +189,13 @@ def load_trained(run: RunConfig, workdir: str):
     return (tokenizer, model, model_config, *restore_params(run, workdir, params))
 
 
-def restore_params(run: RunConfig, workdir: str, params):
-    """Params with the checkpoint's trainable part, the plan and the steps done."""
+def restore_params(run: RunConfig, workdir: str, params, *, iterate: bool = False):
+    """Params with the checkpoint's trainable part, the plan and the steps done.
+
+    The trainable part is the run's model: the parameters' moving average
+    when the run kept one (`train.ema_decay` > 0), else the last iterate;
+    `iterate` asks for the last iterate (where the lots' gradients were taken).
+    """
     manager = checkpointing.make_manager(workdir)
     if manager.latest_step() is None:
         raise MissingInputError(
@@ -204,6 +210,10 @@ def restore_params(run: RunConfig, workdir: str, params):
     )["meta"]
     plan = privacy.PrivacyPlan(**meta["plan"])
     tx = steps.make_optimizer(run.train, plan.num_steps)
-    like = {"trainable": trainable, "opt_state": tx.init(trainable)}
+    average = run.train.ema_decay > 0
+    like = checkpointing.arrays_of(
+        LoopState.initial(trainable, tx.init(trainable), average=average)
+    )
     _, state, _ = checkpointing.restore_latest(manager, like)
-    return models.merge_params(state["trainable"], frozen), plan, meta["steps_done"]
+    chosen = state["trainable"] if iterate or not average else state[checkpointing.AVERAGE]
+    return models.merge_params(chosen, frozen), plan, meta["steps_done"]

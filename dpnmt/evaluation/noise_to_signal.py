@@ -177,7 +177,7 @@ def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -
     model, model_config, initial = pieces.build_model(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
-    trained, plan, steps_done = decode.restore_params(run, workdir, initial)
+    trained, plan, steps_done = decode.restore_params(run, workdir, initial, iterate=True)
     out = {
         "steps_done": steps_done,
         "steps_planned": plan.num_steps,

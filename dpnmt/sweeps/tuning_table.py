@@ -1,7 +1,8 @@
 """A hyper-parameter grid's table and the rule that picks its winner, from published run folders.
 
 One row per finished run (`runs_table.load_runs`: every private run's ε
-recomputed with dp_accounting first): its learning rate and C (config.json),
+recomputed with dp_accounting first): its learning rate, C and the parameter
+average's decay (config.json; 0: none),
 L, epochs, σ, ε, and its final validation loss and BLEU, which pick the
 winner of each group of rows at one (ε, fine-tuned parameters):
 
@@ -30,6 +31,7 @@ COLUMNS = (
     ("finetune", "fine-tuned"),
     ("learning_rate", "learning rate"),
     ("l2_clip", "C"),
+    ("ema_decay", "average"),
     ("lot_size", "L"),
     ("epochs", "epochs"),
     ("sigma", "σ"),
@@ -68,6 +70,7 @@ def row(run: PublishedRun) -> dict:
         "finetune": config.get("model", {}).get("finetune", "all"),
         "learning_rate": f"{config['train']['learning_rate']:g}",
         "l2_clip": as_float(privacy["l2_clip"]),
+        "ema_decay": f"{config['train'].get('ema_decay', 0.0):g}",
         "lot_size": privacy["expected_lot_size"],
         "epochs": results["steps_done"] / run.steps_per_epoch,
         "sigma": as_float(privacy["noise_multiplier"]),
@@ -101,6 +104,8 @@ def to_markdown(rows: list[dict]) -> str:
     lines = runs_table.markdown_rows(choose(rows), COLUMNS, DIGITS)
     lines += [
         "",
+        "average: `train.ema_decay`, the decay of the parameters' moving average the run "
+        "evaluates (0: the last iterate). "
         f"chosen ({CHOSEN}): in each group of runs at one ε and one set of fine-tuned "
         f"parameters, the highest final validation BLEU, ties within {TIE_BLEU} BLEU going "
         "to the lowest final validation loss (nats per target token). Validation: the "

@@ -86,7 +86,7 @@ class Validate:
             return state
         logging.info("Validation loss of the initial model (compiles the loss program)…")
         with self._timer.phase("evaluation"):
-            params = models.merge_params(state.trainable, self._frozen)
+            params = models.merge_params(state.model, self._frozen)
             scores = self._evaluator.validation_loss(params)
         validation = Validation(0, self._plan.epsilon_after(0), scores)
         metrics = validation.to_json()
@@ -105,7 +105,7 @@ class Validate:
                 "evaluation at a time (publish it before the next)."
             )
         with self._timer.phase("evaluation"):
-            params = models.merge_params(state.trainable, self._frozen)
+            params = models.merge_params(state.model, self._frozen)
             scores = self._evaluator.validation(params)
             validation = Validation(step, self._plan.epsilon_after(step), scores)
             best = state.best.after(validation)

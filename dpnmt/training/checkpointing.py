@@ -1,6 +1,7 @@
 """Orbax checkpoints of a training run: arrays, plus JSON metadata for the rest.
 
-A checkpoint holds the trainable params and optimizer state as arrays, and as
+A checkpoint holds the trainable params and optimizer state (and, with
+`train.ema_decay`, their moving average) as arrays, and as
 JSON the step, the privacy plan, the history, the early-stopping state and a
 random run id (independent of the seed) that ties it to the workdir's
 `private/` records. The secret seed and the sampler state live only in
@@ -153,7 +154,7 @@ def save_state(
     save(
         manager,
         state.step,
-        {"trainable": state.trainable, "opt_state": state.opt_state},
+        arrays_of(state),
         json.loads(run_dir_lib.json_dumps(meta)),
         timeless=plan.private,  # Two kept checkpoints would time the lots between them.
     )
@@ -169,9 +170,7 @@ def restore_state(
     plan: privacy.PrivacyPlan,
 ) -> LoopState:
     """The latest checkpoint's state, refused if it belongs to another run or plan."""
-    step, arrays, meta = restore_latest(
-        manager, {"trainable": like.trainable, "opt_state": like.opt_state}
-    )
+    step, arrays, meta = restore_latest(manager, arrays_of(like))
     check_binding(meta, noise_seed, run_id, run_dir.path)
     saved = meta["plan"]
     compared = plan
@@ -189,7 +188,19 @@ def restore_state(
         best=BestScore.from_json(meta["best"]),
         history=tuple(Validation.from_json(v) for v in meta["history"]),
         stopped_early=bool(meta.get("stopped_early", False)),
+        average=arrays.get(AVERAGE),
     )
+
+
+AVERAGE = "average"  # The checkpoint's item for `LoopState.average` (train.ema_decay > 0).
+
+
+def arrays_of(state: LoopState) -> dict:
+    """A checkpoint's arrays: trainable params, optimizer state, and the average if kept."""
+    arrays = {"trainable": state.trainable, "opt_state": state.opt_state}
+    if state.average is not None:
+        arrays[AVERAGE] = state.average
+    return arrays
 
 
 def legacy_seed_hash(seed: int) -> str:

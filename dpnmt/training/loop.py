@@ -102,7 +102,7 @@ def train_and_evaluate(
         profile.write(run.files, run.privacy)
         return {"steps_done": state.step, "finished": False}
     with timer.phase("final evaluation"):
-        params = models.merge_params(state.trainable, lots.frozen)
+        params = models.merge_params(state.model, lots.frozen)
         results = _results(run, state, evaluator, params, state.step - start_step, log.timed())
     if distributed.is_primary():
         run.files.run_dir.write_results(results)
@@ -115,7 +115,8 @@ def train_and_evaluate(
 
 def _resume(run: RunPieces, lots: LotRunner) -> LoopState:
     """The initial state, or the latest checkpoint's (with its sampler state) if resuming."""
-    state = lots.place(LoopState.initial(run.model.trainable, run.step.opt_state))
+    average = run.config.train.ema_decay > 0
+    state = lots.place(LoopState.initial(run.model.trainable, run.step.opt_state, average=average))
     if not run.files.resuming:
         return state
     state = checkpointing.restore_state(

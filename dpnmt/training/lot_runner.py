@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from dpnmt import bridge, core
 from dpnmt.config import DataConfig, PrivacyConfig, TrainConfig
+from dpnmt.training import ema
 from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.records import RunPieces
 from dpnmt.training.run_dir import derived_seed
@@ -42,9 +43,11 @@ class LotRunner:
         self._noise_base = self._dropout_base = None
 
     def place(self, state: LoopState) -> LoopState:
-        """`state` with its parameters and optimizer state replicated on the data mesh."""
-        trainable, opt_state = jax.device_put((state.trainable, state.opt_state), self.replicated)
-        return dataclasses.replace(state, trainable=trainable, opt_state=opt_state)
+        """`state` with its parameters, average and optimizer state replicated on the mesh."""
+        trainable, opt_state, average = jax.device_put(
+            (state.trainable, state.opt_state, state.average), self.replicated
+        )
+        return dataclasses.replace(state, trainable=trainable, opt_state=opt_state, average=average)
 
     def derive_keys(self) -> None:
         """The secret noise and dropout bases (after a resume has been restored)."""
@@ -208,8 +211,16 @@ class LotRunner:
         lot_state = step_fns.apply_lot(lot_state, acc, self._noise_base)
         timer.sync(lot_state.params)  # Profiling only: charge the lot's device time here.
         timer.stop()
+        average = state.average
+        if average is not None:  # Post-processing of the released iterate: no privacy spent.
+            decay = self._run.config.train.ema_decay
+            average = ema.update(average, lot_state.params, jnp.int32(step + 1), decay=decay)
         state = dataclasses.replace(
-            state, step=step + 1, trainable=lot_state.params, opt_state=lot_state.opt_state
+            state,
+            step=step + 1,
+            trainable=lot_state.params,
+            opt_state=lot_state.opt_state,
+            average=average,
         )
         return state, train_loss
 

@@ -10,6 +10,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 _STEP, _EPSILON = "step", "epsilon"
 
 
@@ -80,6 +83,8 @@ class LoopState:
       best: early stopping's record.
       history: the validations so far, oldest first.
       stopped_early: whether early stopping ended the run.
+      average: the trainable parameters' moving average (`dpnmt.training.ema`;
+        post-processing, not secret), or None when `train.ema_decay` is 0.
     """
 
     step: int
@@ -88,11 +93,18 @@ class LoopState:
     best: BestScore = BestScore()
     history: tuple[Validation, ...] = ()
     stopped_early: bool = False
+    average: Any = None
 
     @classmethod
-    def initial(cls, trainable, opt_state) -> "LoopState":
-        """The state before the first lot."""
-        return cls(0, trainable, opt_state)
+    def initial(cls, trainable, opt_state, *, average: bool = False) -> "LoopState":
+        """The state before the first lot (with `average`, one that starts at `trainable`)."""
+        start = jax.tree.map(jnp.copy, trainable) if average else None
+        return cls(0, trainable, opt_state, average=start)
+
+    @property
+    def model(self) -> Any:
+        """The trainable parameters the run evaluates and publishes: the average if kept."""
+        return self.trainable if self.average is None else self.average
 
     def validated(self, validation: Validation) -> "LoopState":
         """This state with `validation` appended to its history."""
