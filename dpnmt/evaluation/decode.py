@@ -210,9 +210,10 @@ def restore_params(run: RunConfig, workdir: str, params, *, iterate: bool = Fals
     )["meta"]
     plan = privacy.PrivacyPlan(**meta["plan"])
     tx = steps.make_optimizer(run.train, plan.num_steps)
-    average = run.train.ema_decay > 0
+    # The checkpoint says whether the run kept an average (train.ema_decay > 0).
+    average = checkpointing.has_average(manager, step)
     like = checkpointing.arrays_of(
-        LoopState.initial(trainable, tx.init(trainable), average=average)
+        LoopState(step, trainable, tx.init(trainable), average=trainable if average else None)
     )
     _, state, _ = checkpointing.restore_latest(manager, like)
     chosen = state["trainable"] if iterate or not average else state[checkpointing.AVERAGE]

@@ -170,6 +170,13 @@ def restore_state(
     plan: privacy.PrivacyPlan,
 ) -> LoopState:
     """The latest checkpoint's state, refused if it belongs to another run or plan."""
+    step = manager.latest_step()
+    if step is not None and has_average(manager, step) != (like.average is not None):
+        kept = "keeps" if has_average(manager, step) else "does not keep"
+        raise ValueError(
+            f"The checkpoint at step {step} {kept} a parameter average, unlike this config "
+            "(train.ema_decay): resume with the run's own train.ema_decay, or start a new workdir."
+        )
     step, arrays, meta = restore_latest(manager, arrays_of(like))
     check_binding(meta, noise_seed, run_id, run_dir.path)
     saved = meta["plan"]
@@ -193,6 +200,11 @@ def restore_state(
 
 
 AVERAGE = "average"  # The checkpoint's item for `LoopState.average` (train.ema_decay > 0).
+
+
+def has_average(manager: ocp.CheckpointManager, step: int) -> bool:
+    """Whether the checkpoint at `step` holds a parameter average (`AVERAGE`)."""
+    return AVERAGE in manager.item_metadata(step)["state"].keys()
 
 
 def arrays_of(state: LoopState) -> dict:

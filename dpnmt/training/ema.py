@@ -15,23 +15,24 @@ import jax
 import jax.numpy as jnp
 import optax
 
-# The average's warm-up: early on it weighs recent iterates more, so that the
-# initial parameters (step 0) fade within tens of lots, not 1 / (1 - decay).
-_WARMUP = 10.0
-
 
 def decay_at(decay: float, step: jax.Array) -> jax.Array:
-    """The decay used after `step` lots: min(decay, (1 + step) / (10 + step)).
+    """The bias-corrected decay after `step` lots: 1 − (1 − d) / (1 − d^step).
+
+    The average after t lots is then Σ_{s=1..t} d^(t−s) θ_s / Σ_{s=1..t} d^(t−s):
+    every iterate weighted by d^(lots since), the start θ_0 with weight 0 (Adam's
+    bias correction, for parameters), so that d matters from the first lot on
+    and the decay tends to d.
 
     Args:
-      decay: `train.ema_decay`, in [0, 1).
+      decay: `train.ema_decay` d, in [0, 1).
       step: lots done, including the one just applied (int scalar, >= 1).
 
     Returns:
-      A float32 scalar in [0, decay].
+      A float32 scalar in [0, d] (0 at step 1: the average is θ_1).
     """
-    step = jnp.asarray(step, jnp.float32)
-    return jnp.minimum(jnp.float32(decay), (1.0 + step) / (_WARMUP + step))
+    d = jnp.float32(decay)
+    return 1.0 - (1.0 - d) / (1.0 - d ** jnp.asarray(step, jnp.float32))
 
 
 @functools.partial(jax.jit, static_argnames="decay", donate_argnums=0)
@@ -47,4 +48,5 @@ def update(average, params, step: jax.Array, *, decay: float):
     Returns:
       The new average (`optax.incremental_update`).
     """
-    return optax.incremental_update(params, average, 1.0 - decay_at(decay, step))
+    new = optax.incremental_update(params, average, 1.0 - decay_at(decay, step))
+    return jax.tree.map(lambda n, a: n.astype(a.dtype), new, average)

@@ -209,12 +209,14 @@ class LotRunner:
         # noise_key_for_step(noise_base, step), inside the step.
         lot_state = core.TrainState(jnp.int32(step), state.trainable, state.opt_state)
         lot_state = step_fns.apply_lot(lot_state, acc, self._noise_base)
-        timer.sync(lot_state.params)  # Profiling only: charge the lot's device time here.
-        timer.stop()
         average = state.average
         if average is not None:  # Post-processing of the released iterate: no privacy spent.
             decay = self._run.config.train.ema_decay
             average = ema.update(average, lot_state.params, jnp.int32(step + 1), decay=decay)
+            if one_at_a_time:
+                jax.block_until_ready(average)
+        timer.sync(lot_state.params)  # Profiling only: charge the lot's device time here.
+        timer.stop()
         state = dataclasses.replace(
             state,
             step=step + 1,

@@ -17,29 +17,40 @@ from tests.small_configs import files_config, smaller_config
 from tests.train.test_actions import _privacy, _Writer
 
 
-def test_decay_warms_up_then_stays_at_the_configured_value():
-    assert float(ema.decay_at(0.99, 1)) == pytest.approx(2 / 11)
-    assert float(ema.decay_at(0.99, 10)) == pytest.approx(11 / 20)
+def test_decay_is_bias_corrected_and_tends_to_the_configured_value():
+    assert float(ema.decay_at(0.99, 1)) == 0.0  # The first average is the first iterate.
+    assert float(ema.decay_at(0.99, 2)) == pytest.approx(0.99 / 1.99, rel=1e-5)
     assert float(ema.decay_at(0.99, 10_000)) == pytest.approx(0.99)
     assert float(ema.decay_at(0.0, 5)) == 0.0  # No memory: the average is the iterate.
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    decay=st.floats(0.0, 0.999),
-    step=st.integers(1, 5_000),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_update_is_the_convex_combination_of_average_and_iterate(decay, step, seed):
+@given(decay=st.floats(0.0, 0.999), lots=st.integers(1, 30), seed=st.integers(0, 2**31 - 1))
+def test_the_average_weighs_each_iterate_by_decay_to_the_lots_since_and_not_the_start(
+    decay, lots, seed
+):
     rng = np.random.default_rng(seed)
-    average = {"w": rng.normal(size=(3, 4)).astype(np.float32), "b": np.float32(rng.normal())}
-    params = {"w": rng.normal(size=(3, 4)).astype(np.float32), "b": np.float32(rng.normal())}
-    d = min(decay, (1 + step) / (10 + step))
-    new = ema.update(jax.tree.map(jnp.asarray, average), params, jnp.int32(step), decay=decay)
-    for key in average:
-        expected = d * average[key].astype(np.float64) + (1 - d) * params[key]
-        np.testing.assert_allclose(new[key], expected, rtol=1e-5, atol=1e-6)
-        assert new[key].dtype == np.float32
+    start = {"w": rng.normal(size=(3, 4)).astype(np.float32), "b": np.float32(rng.normal())}
+    iterates = [jax.tree.map(lambda x: rng.normal(size=np.shape(x)).astype(np.float32), start)]
+    for _ in range(lots - 1):
+        iterates.append(
+            jax.tree.map(lambda x: rng.normal(size=np.shape(x)).astype(np.float32), start)
+        )
+    average = jax.tree.map(jnp.asarray, start)
+    for step, params in enumerate(iterates, start=1):
+        average = ema.update(average, params, jnp.int32(step), decay=decay)
+    weights = np.array([decay ** (lots - s) for s in range(1, lots + 1)], np.float64)
+    for key in start:
+        stacked = np.stack([np.asarray(p[key], np.float64) for p in iterates])
+        expected = np.tensordot(weights / weights.sum(), stacked, axes=1)
+        np.testing.assert_allclose(average[key], expected, rtol=1e-4, atol=1e-5)
+        assert average[key].dtype == np.float32
+
+
+def test_the_average_keeps_each_leafs_dtype():
+    average = {"w": jnp.ones(3, jnp.bfloat16)}
+    new = ema.update(average, {"w": jnp.zeros(3, jnp.bfloat16)}, jnp.int32(3), decay=0.9)
+    assert new["w"].dtype == jnp.bfloat16
 
 
 @pytest.mark.parametrize("decay", [1.0, -0.1, float("nan")])
@@ -89,6 +100,8 @@ def test_the_average_is_the_runs_model_and_a_resumed_run_equals_the_whole_run(tm
     results = loop.train_and_evaluate(_config(0.9), str(whole))
     partial = loop.train_and_evaluate(_config(0.9), str(split), stop_after_steps=3)
     assert not partial["finished"]
+    with pytest.raises(ConfigError, match="train.ema_decay"):  # Bound to the run: refused.
+        loop.train_and_evaluate(_config(0.0), str(split))
     resumed = loop.train_and_evaluate(_config(0.9), str(split))
     assert resumed["finished"] and resumed["steps_done"] == results["steps_done"] == 7
     assert resumed["test"] == results["test"]
