@@ -157,6 +157,12 @@ def test_saturating_fit_recovers_a_known_curve_and_labels_extrapolation():
     line = extrapolate.describe("run", falling)
     assert "(fit 1.00 + 2.00·exp(−epoch/2.00)" in line and "the fitted curve falls" in line
     assert "−" not in line.split("(fit ")[1].split("·")[0]
+    # Risen before the first point (the LoRA row's shape): only the plateau is named.
+    steps = [{"epoch": e, "bleu": 10 + 0.3 * (-1) ** i} for i, e in enumerate(2 * epochs)]
+    line = extrapolate.describe("run", steps)
+    assert "flat from the first point" in line and "exp(" not in line and "falls" not in line
+    plateau = extrapolate.fit([p["epoch"] for p in steps], [p["bleu"] for p in steps]).plateau
+    assert plateau == pytest.approx(10, abs=0.1) and f"plateau {plateau:.2f}" in line
 
 
 def test_app_needs_exactly_one_source_and_an_out_folder(tmp_path):

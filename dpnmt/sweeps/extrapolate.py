@@ -78,10 +78,18 @@ def describe(name: str, curve: list[dict], at_epochs: float | None = None) -> st
     )
     sign = "−" if result.drop >= 0 else "+"  # A negative drop: the fitted curve falls.
     falls = "" if result.drop >= 0 else "; the fitted curve falls"
+    first = points[0][0]
+    if result.scale < first / 2:  # The rise ended before the first point: b is not identified.
+        shape = (
+            f"flat from the first point: the fitted rise ends before epoch {first:.1f} "
+            f"(τ {result.scale:.2f}), so only the plateau is fitted"
+        )
+        falls = ""
+    else:
+        shape = f"{result.plateau:.2f} {sign} {abs(result.drop):.2f}·exp(−epoch/{result.scale:.2f})"
     return (
         f"- {name}: measured validation BLEU {points[-1][1]:.2f} at epoch "
         f"{result.last_epoch:.1f}; {LABEL}: {result.at(target):.2f} at epoch {target:.1f}, "
-        f"{plateau} (fit {result.plateau:.2f} {sign} "
-        f"{abs(result.drop):.2f}·exp(−epoch/{result.scale:.2f}) to {result.num_points} points, "
+        f"{plateau} (fit {shape} to {result.num_points} points, "
         f"rms residual {result.rms_residual:.2f} BLEU{falls})."
     )
