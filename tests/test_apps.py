@@ -130,6 +130,18 @@ def test_an_app_imports_no_heavy_library_before_parsing_flags(module):
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_decode_refuses_a_length_penalty_that_is_not_finite_before_loading_anything(
+    tmp_path, value
+):
+    result = _python(
+        ["-m", "dpnmt.decode", f"--workdir={tmp_path}", f"--length_penalty={value}"], timeout=300
+    )
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    assert "--length_penalty=" in result.stderr and "Traceback" not in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("tag", ["../up", "a/b", "", "norepeat 3"])
 def test_decode_refuses_a_tag_that_is_not_a_folder_name_before_loading_anything(tmp_path, tag):
     result = _python(["-m", "dpnmt.decode", f"--workdir={tmp_path}", f"--tag={tag}"], timeout=300)

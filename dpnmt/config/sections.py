@@ -9,6 +9,7 @@ equal `config_lib.base_config()`'s (tested); fields are documented there.
 """
 
 import dataclasses
+import math
 import re
 import typing
 from typing import Literal
@@ -403,6 +404,11 @@ class EvalConfig(Section):
         return self.ranges(
             (
                 ("num_beams", at_least(1), ">= 1 (1: greedy)"),
+                (
+                    "length_penalty",
+                    math.isfinite,
+                    "finite (beam scores / length^lp; > 0 favours longer)",
+                ),
                 ("no_repeat_ngram_size", at_least(0), ">= 0 (0: no n-gram ban)"),
                 ("max_new_tokens", at_least(1), ">= 1"),
                 ("batch_size", at_least(1), ">= 1"),
