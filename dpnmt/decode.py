@@ -84,8 +84,9 @@ def main(argv):
         "bertscore_model": _BERTSCORE_MODEL.value,
     }
     overrides = {name: value for name, value in overrides.items() if value is not None}
-    config = dataclasses.replace(config, eval=dataclasses.replace(config.eval, **overrides))
-    problems = config.eval.problems()
+    decoding = dataclasses.replace(config.eval, **overrides)
+    config = dataclasses.replace(config, eval=decoding)
+    problems = decoding.problems()
     if problems:
         cli.fail(
             "; ".join(problems) + " (set by --num_beams, --length_penalty, --no_repeat_ngram_size)."
