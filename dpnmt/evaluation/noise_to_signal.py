@@ -165,8 +165,9 @@ def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -
     Returns:
       A JSON-able dict: the plan's σ, C, L, d, T, the steps done, whether the
       run finished, the noise norm, and per parameter set (`initial`,
-      `trained`) the `Signal` fields and `noise_to_signal` (noise norm / mean
-      clipped norm).
+      `trained`: the last iterate, where the lots' gradients are taken, not a
+      `train.ema_decay` average) the `Signal` fields and `noise_to_signal`
+      (noise norm / mean clipped norm).
 
     Raises:
       ConfigError: the run is not private (no noise, no clipping to compare).
