@@ -323,6 +323,7 @@ def test_a_zero_shot_start_adds_rows_first_with_its_scores_and_epsilon_zero(tmp_
         assert float(row["bleu"]) == scores["bleu"]
         assert float(row["bertscore_f1"]) == scores["bertscore"]["f1"]
         assert float(row["epsilon"]) == float(row["epsilon_total"]) == 0.0
+        assert row["sampling"] == runs_table.NO_PRIVATE_DATA
         assert row["steps"] == "0" and math.isnan(float(row["sigma"]))
     assert rows[2]["run"] == "seed0"  # The DP run's own rows follow.
 
@@ -346,6 +347,45 @@ def test_a_start_that_is_not_a_whole_zero_shot_test_decode_is_refused(tmp_path, 
     path.write_text(json.dumps(decoded))
     run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
     with pytest.raises(ConfigError, match="not a whole zero-shot decode"):
+        report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
+    assert not (tmp_path / "out").exists()
+
+
+def _start_copy(tmp_path, **privacy):
+    folder = tmp_path / "start"
+    shutil.copytree(START, folder, dirs_exist_ok=True)
+    for name in ("decode_test", "decode_test_norepeat6"):
+        path = folder / name / "results.json"
+        decoded = json.loads(path.read_text())
+        for key, value in privacy.items():
+            if value is None:
+                decoded["privacy"].pop(key, None)
+            else:
+                decoded["privacy"][key] = {**decoded["privacy"][key], **value}
+        path.write_text(json.dumps(decoded))
+    return folder
+
+
+def test_a_start_trained_on_this_corpus_carries_its_own_epsilon(tmp_path):
+    # The captions start was trained on other (public) data, declared disjoint: ε 0 here.
+    claim = json.loads((START / "decode_test" / "results.json").read_text())["privacy"]
+    assert claim["pretrained"]["declared_disjoint"] and not claim["pretrained"]["composed"]
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    for disjoint, epsilon, expected in ((False, 3.0, 3.0), (False, "inf", math.inf)):
+        folder = _start_copy(
+            tmp_path, pretrained={"declared_disjoint": disjoint, "epsilon": epsilon}
+        )
+        report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
+        with open(tmp_path / "out" / report.TABLE_CSV) as f:
+            row = next(csv.DictReader(f))
+        assert float(row["epsilon_total"]) == expected and float(row["epsilon"]) == 0.0
+        assert row["sampling"] == runs_table.ZERO_SHOT
+
+
+def test_a_start_decoded_without_its_models_privacy_record_is_refused(tmp_path):
+    folder = _start_copy(tmp_path, pretrained=None)
+    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    with pytest.raises(ConfigError, match="no record of the decoded model's own privacy"):
         report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
     assert not (tmp_path / "out").exists()
 

@@ -123,6 +123,9 @@ def decode_and_score(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     report, steps_done = {"private": False, "note": decode_folders.ZERO_SHOT_NOTE}, 0
+    if zero_shot:  # The model's own privacy: what a table of starts states for it.
+        claim = pretrained_privacy.pretrained_claim(run, refuse=False)
+        report["pretrained"] = None if claim is None else claim.to_json()
     if not zero_shot:
         params, plan, steps_done = restore_params(run, workdir, params)
         report = privacy_report(

@@ -17,9 +17,11 @@ from dpnmt import decode_folders
 from dpnmt.errors import ConfigError
 from dpnmt.sweeps import epsilon_check, summary
 from dpnmt.sweeps.summary import as_float
+from dpnmt.training.privacy_report import PretrainedClaim
 
 RESULTS, METRICS = "results.json", "metrics.jsonl"
 NO_PRIVATE_DATA = "no private data"  # The sampling column of a zero-shot start's row.
+ZERO_SHOT = "zero-shot (its start's ε)"  # ... of a start trained on this corpus's data.
 
 # (CSV name, Markdown header).
 COLUMNS = (
@@ -187,13 +189,35 @@ def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
     return rows
 
 
+def start_epsilon(record: dict) -> float:
+    """ε a zero-shot decode's model carries on the table's corpus, from its recorded claim.
+
+    The claim (`PretrainedClaim`, recorded by `dpnmt.decode --zero_shot`) is
+    read as a DP run on this corpus would compose it, whatever the decode's own
+    config: a dpnmt export not declared disjoint carries its total ε (∞ without
+    a finite record); one declared disjoint whose record is private composes in
+    parallel (the larger ε: its own); one declared disjoint and trained without
+    DP, or a model that is no dpnmt export, adds 0 (its data are outside the
+    report, as in the DP rows).
+    """
+    claim = record.get("pretrained")
+    if claim is None:
+        return 0.0
+    claim = PretrainedClaim.from_json(claim)
+    if not claim.dpnmt_export or (claim.declared_disjoint and not claim.parallel):
+        return 0.0
+    return math.inf if claim.epsilon is None else float(claim.epsilon)
+
+
 def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | None) -> list[dict]:
     """Rows for public starts decoded without training, the baseline a DP row must beat.
 
     Each folder is a `dpnmt.decode --zero_shot --split=test --workdir=<folder>`
     output: a row "<folder name> (zero-shot)" from `decode_test/`, then one
     "... [<tag>]" per tag that has `decode_test_<tag>/`. No private data was
-    used, so ε is 0; σ, L, steps and time do not apply.
+    used here: ε DP-SGD is 0, and ε total is the model's own on this corpus
+    (`start_epsilon`: 0 for a start trained on other data); σ, L, steps and
+    time do not apply.
 
     Args:
       folders: zero-shot decode workdirs.
@@ -217,11 +241,11 @@ def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | Non
                 continue
             with open(path) as f:
                 decoded = json.load(f)
-            scores = decoded.get("scores", {})
+            scores, record = decoded.get("scores", {}), decoded.get("privacy", {})
             if (
                 decoded.get("split") != "test"
                 or decoded.get("steps_done") != 0
-                or decoded.get("privacy")
+                or {k: record.get(k) for k in ("private", "note")}
                 != {"private": False, "note": decode_folders.ZERO_SHOT_NOTE}
                 or (sentences is not None and scores.get("num_sentences") != sentences)
             ):
@@ -229,16 +253,21 @@ def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | Non
                     f"{path}: not a whole zero-shot decode of the test split ({sentences} "
                     "sentences); give --starts what dpnmt.decode --zero_shot --split=test wrote."
                 )
+            if "pretrained" not in record:
+                raise ConfigError(
+                    f"{path}: no record of the decoded model's own privacy (a zero-shot decode "
+                    "from before dpnmt wrote one): decode it again with today's dpnmt.decode."
+                )
             nan = math.nan
             rows.append(
                 {
                     "run": f"{name} (zero-shot)" + (f" [{tag}]" if tag else ""),
-                    "sampling": NO_PRIVATE_DATA,
+                    "sampling": NO_PRIVATE_DATA if start_epsilon(record) == 0 else ZERO_SHOT,
                     "bleu": as_float(scores.get("bleu")),
                     "chrf": as_float(scores.get("chrf")),
                     "bertscore_f1": as_float(scores.get("bertscore", {}).get("f1")),
                     "epsilon": 0.0,
-                    "epsilon_total": 0.0,
+                    "epsilon_total": start_epsilon(record),
                     **dict.fromkeys(("sigma", "lot_size", "seconds_per_epoch"), nan),
                     **dict.fromkeys(("steps", "epochs"), 0),
                     "epsilon_recomputed": nan,
@@ -284,10 +313,11 @@ def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
         "in the run's results.json (a run that disagrees is refused). epochs = steps · L / N; "
         "s / epoch: the run's last session.",
     ]
-    if any(r["sampling"] == NO_PRIVATE_DATA for r in rows):
+    if any(r["sampling"] in (NO_PRIVATE_DATA, ZERO_SHOT) for r in rows):
         lines[-1] += (
-            " A '(zero-shot)' row is a public start decoded without any training on this "
-            "corpus (`--starts`): no private data, so ε 0; the baseline the DP rows must beat."
+            " A '(zero-shot)' row is a start decoded without training on this corpus "
+            "(`--starts`): ε total is its own ε on this corpus's data (0: trained on other "
+            "data, declared disjoint); the baseline the DP rows must beat."
         )
     if not_finished:
         lines.append(f"\nNot in the table (not finished): {', '.join(not_finished)}.")

@@ -404,3 +404,37 @@ def test_an_export_trained_on_another_corpus_may_be_declared_disjoint(model_fold
     (tmp_path / "exported" / "dpnmt.json").write_text(json.dumps({"privacy": _record(False)}))
     assert pretrained_privacy.declared_text_problems(RunConfig.of(config), corpus) == []
     assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []
+
+
+def test_a_zero_shot_decode_records_the_models_claim_and_a_start_row_states_it(
+    model_folder, tmp_path
+):
+    from dpnmt.evaluation import decode  # noqa: PLC0415
+    from dpnmt.sweeps import runs_table  # noqa: PLC0415
+
+    export_folder = _export(model_folder, tmp_path, _record())  # DP-trained, not disjoint.
+    config = _config(tmp_path, export_folder, "nonprivate")
+    config.eval.max_new_tokens = 4
+    workdir = tmp_path / "zero_shot"
+    decoded = decode.decode_and_score(
+        RunConfig.of(config), str(workdir), split="test", bertscore=False, zero_shot=True
+    )
+    claim = decoded["privacy"]["pretrained"]
+    # A non-private decode config composes nothing, but the start still carries its ε.
+    assert claim["dpnmt_export"] and claim["epsilon"] == EXPORT_EPSILON
+    assert runs_table.start_epsilon(decoded["privacy"]) == EXPORT_EPSILON
+    rows = runs_table.start_rows([str(workdir)], [], None)
+    assert (
+        rows[0]["epsilon_total"] == EXPORT_EPSILON and rows[0]["sampling"] == runs_table.ZERO_SHOT
+    )
+    # Declared disjoint, DP-trained: parallel composition, the larger ε (its own) stays.
+    config.model.pretrained_data_disjoint = True
+    decoded = decode.decode_and_score(
+        RunConfig.of(config),
+        str(tmp_path / "zero_shot_disjoint"),
+        split="test",
+        bertscore=False,
+        zero_shot=True,
+    )
+    assert decoded["privacy"]["pretrained"]["parallel"]
+    assert runs_table.start_epsilon(decoded["privacy"]) == EXPORT_EPSILON
