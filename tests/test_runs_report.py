@@ -309,7 +309,7 @@ START = RESULTS / "captions_zeroshot_test"  # The captions stage's export decode
 
 
 def test_a_zero_shot_start_adds_rows_first_with_its_scores_and_epsilon_zero(tmp_path):
-    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    run = RESULTS / "m30k_from_captions_lora" / "eps8-poisson" / "seed0"  # The start's corpus.
     out = tmp_path / "out"
     report.write_runs_report([str(run)], str(out), decodings=["norepeat6"], starts=[str(START)])
     with open(out / report.TABLE_CSV) as f:
@@ -345,13 +345,14 @@ def test_a_start_that_is_not_a_whole_zero_shot_test_decode_is_refused(tmp_path, 
     for key, value in change.items():
         decoded[key] = {**decoded[key], **value} if isinstance(value, dict) else value
     path.write_text(json.dumps(decoded))
-    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
+    run = RESULTS / "m30k_from_captions_lora" / "eps8-poisson" / "seed0"
     with pytest.raises(ConfigError, match="not a whole zero-shot decode"):
         report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
     assert not (tmp_path / "out").exists()
 
 
 def _start_copy(tmp_path, **privacy):
+    """A copy of START whose decodes' privacy records have `privacy` merged in (None: dropped)."""
     folder = tmp_path / "start"
     shutil.copytree(START, folder, dirs_exist_ok=True)
     for name in ("decode_test", "decode_test_norepeat6"):
@@ -360,33 +361,60 @@ def _start_copy(tmp_path, **privacy):
         for key, value in privacy.items():
             if value is None:
                 decoded["privacy"].pop(key, None)
-            else:
+            elif isinstance(value, dict):
                 decoded["privacy"][key] = {**decoded["privacy"][key], **value}
+            else:
+                decoded["privacy"][key] = value
         path.write_text(json.dumps(decoded))
     return folder
 
 
-def test_a_start_trained_on_this_corpus_carries_its_own_epsilon(tmp_path):
-    # The captions start was trained on other (public) data, declared disjoint: ε 0 here.
+def _start_row(tmp_path, folder):
+    run = RESULTS / "m30k_from_captions_lora" / "eps8-poisson" / "seed0"  # Its own corpus.
+    report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
+    with open(tmp_path / "out" / report.TABLE_CSV) as f:
+        return next(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    "privacy, expected",
+    [
+        ({}, 0.0),  # The captions start: public data, declared disjoint, no DP.
+        ({"pretrained": {"declared_disjoint": False, "composed": True, "epsilon": 3.0}}, 3.0),
+        (
+            {"pretrained": {"declared_disjoint": False, "composed": True, "epsilon": "inf"}},
+            math.inf,
+        ),
+        ({"pretrained": {"parallel": True, "epsilon": 2.5}}, 2.5),  # Disjoint, DP-trained.
+        ({"pretrained": {"composed": True, "epsilon": -1.0}}, math.inf),  # No guarantee.
+        # A declaration refused (e.g. the export was trained on this corpus), or no record.
+        ({"pretrained_problems": ["declared disjoint, but trained on this corpus"]}, math.inf),
+    ],
+)
+def test_a_starts_epsilon_is_its_models_own_on_this_corpus(tmp_path, privacy, expected):
     claim = json.loads((START / "decode_test" / "results.json").read_text())["privacy"]
-    assert claim["pretrained"]["declared_disjoint"] and not claim["pretrained"]["composed"]
-    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
-    for disjoint, epsilon, expected in ((False, 3.0, 3.0), (False, "inf", math.inf)):
-        folder = _start_copy(
-            tmp_path, pretrained={"declared_disjoint": disjoint, "epsilon": epsilon}
-        )
-        report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
-        with open(tmp_path / "out" / report.TABLE_CSV) as f:
-            row = next(csv.DictReader(f))
-        assert float(row["epsilon_total"]) == expected and float(row["epsilon"]) == 0.0
-        assert row["sampling"] == runs_table.ZERO_SHOT
+    assert claim["pretrained"]["declared_disjoint"] and not claim["pretrained_problems"]
+    row = _start_row(tmp_path, _start_copy(tmp_path, **privacy))
+    assert float(row["epsilon_total"]) == expected and float(row["epsilon"]) == 0.0
+    label = runs_table.NO_PRIVATE_DATA if expected == 0 else runs_table.ZERO_SHOT
+    assert row["sampling"] == label
 
 
-def test_a_start_decoded_without_its_models_privacy_record_is_refused(tmp_path):
-    folder = _start_copy(tmp_path, pretrained=None)
-    run = RESULTS / "m30k_from_public" / "eps8-poisson" / "seed0"
-    with pytest.raises(ConfigError, match="no record of the decoded model's own privacy"):
-        report.write_runs_report([str(run)], str(tmp_path / "out"), starts=[str(folder)])
+@pytest.mark.parametrize(
+    "privacy, message",
+    [
+        ({"pretrained_problems": None}, "no record of the decoded model's own privacy"),
+        ({"pretrained": None}, "missing or malformed"),
+        ({"pretrained": {"epsilon": "many"}}, "missing or malformed"),
+        ({"corpus": "files:multi30k_test2017"}, "none of the runs'"),
+    ],
+)
+def test_a_start_without_a_sound_record_of_its_model_or_corpus_is_refused(
+    tmp_path, privacy, message
+):
+    folder = _start_copy(tmp_path, **privacy)
+    with pytest.raises(ConfigError, match=message):
+        _start_row(tmp_path, folder)
     assert not (tmp_path / "out").exists()
 
 

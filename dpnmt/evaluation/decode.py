@@ -123,9 +123,8 @@ def decode_and_score(
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     report, steps_done = {"private": False, "note": decode_folders.ZERO_SHOT_NOTE}, 0
-    if zero_shot:  # The model's own privacy: what a table of starts states for it.
-        claim = pretrained_privacy.pretrained_claim(run, refuse=False)
-        report["pretrained"] = None if claim is None else claim.to_json()
+    if zero_shot:
+        report |= zero_shot_claim(run, corpus)
     if not zero_shot:
         params, plan, steps_done = restore_params(run, workdir, params)
         report = privacy_report(
@@ -172,6 +171,30 @@ def decode_and_score(
         output_dir,
     )
     return results
+
+
+def zero_shot_claim(run: RunConfig, corpus) -> dict:
+    """The decoded model's own privacy, as a DP run on this corpus would take it.
+
+    Decided with `dp.enabled` on whatever the decode's config says, so that a
+    disjoint declaration is checked against this corpus (its recorded
+    training corpora and text) and an unreadable record counts as unknown;
+    `dpnmt.report --starts` states ∞ for a claim with a problem.
+
+    Returns:
+      {"pretrained": the claim (JSON) or None, "pretrained_problems": [lines],
+      "corpus": data.corpus, "pair": data.pair}.
+    """
+    private = dataclasses.replace(run, dp=dataclasses.replace(run.dp, enabled=True))
+    claim = pretrained_privacy.pretrained_claim(private, refuse=False)
+    problems = pretrained_privacy.pretrained_problems(private)
+    problems += pretrained_privacy.declared_text_problems(private, corpus)
+    return {
+        "pretrained": None if claim is None else claim.to_json(),
+        "pretrained_problems": problems,
+        "corpus": run.data.corpus,
+        "pair": run.data.pair,
+    }
 
 
 def load_trained_params(workdir: str):

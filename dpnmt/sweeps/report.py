@@ -96,7 +96,10 @@ def write_runs_report(
     if not runs:
         raise ConfigError(f"--runs matched no finished run ({len(not_finished)} not finished).")
     sentences = runs[0].results["test"].get("num_sentences")
-    rows = runs_table.start_rows(runs_table.expand(starts), decodings, sentences) if starts else []
+    corpora = runs_table.run_corpora(runs)
+    rows = []
+    if starts:
+        rows = runs_table.start_rows(runs_table.expand(starts), decodings, sentences, corpora)
     rows += runs_table.decoding_rows(runs, decodings)
     markdown = "\n".join(
         [

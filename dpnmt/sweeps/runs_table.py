@@ -189,27 +189,53 @@ def decoding_rows(runs: list[PublishedRun], tags: Sequence[str]) -> list[dict]:
     return rows
 
 
-def start_epsilon(record: dict) -> float:
+def start_epsilon(record: dict, path: str = "") -> float:
     """ε a zero-shot decode's model carries on the table's corpus, from its recorded claim.
 
-    The claim (`PretrainedClaim`, recorded by `dpnmt.decode --zero_shot`) is
-    read as a DP run on this corpus would compose it, whatever the decode's own
-    config: a dpnmt export not declared disjoint carries its total ε (∞ without
-    a finite record); one declared disjoint whose record is private composes in
-    parallel (the larger ε: its own); one declared disjoint and trained without
-    DP, or a model that is no dpnmt export, adds 0 (its data are outside the
-    report, as in the DP rows).
+    The claim (`PretrainedClaim`, decided by `dpnmt.decode --zero_shot` as a
+    DP run on this corpus would: `evaluation.decode.zero_shot_claim`) is read
+    as such a run composes it: ∞ when it had a problem (a refused declaration,
+    an unreadable record); its total ε when composed, or in parallel (declared
+    disjoint, DP-trained: the larger ε, its own); 0 when declared disjoint and
+    trained without DP, or when it is no dpnmt export (its data are outside
+    the report, as in the DP rows).
+
+    Raises:
+      ConfigError: the record has no claim or a malformed one.
     """
-    claim = record.get("pretrained")
-    if claim is None:
-        return 0.0
-    claim = PretrainedClaim.from_json(claim)
-    if not claim.dpnmt_export or (claim.declared_disjoint and not claim.parallel):
-        return 0.0
-    return math.inf if claim.epsilon is None else float(claim.epsilon)
+    if record.get("pretrained_problems"):
+        return math.inf
+    try:
+        claim = PretrainedClaim.from_json(record["pretrained"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(
+            f"{path}: the decoded model's privacy claim is missing or malformed ({error!r}); "
+            "decode it again with dpnmt.decode --zero_shot."
+        ) from error
+    if claim.composed or claim.parallel:
+        epsilon = math.inf if claim.epsilon is None else float(claim.epsilon)
+        return epsilon if epsilon >= 0 else math.inf  # NaN and negative: no guarantee.
+    return 0.0
 
 
-def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | None) -> list[dict]:
+def run_corpora(runs: list[PublishedRun]) -> set[tuple[str, str]]:
+    """The (data.corpus, data.pair) of each run, from its config.json (absent: skipped)."""
+    corpora = set()
+    for run in runs:
+        path = os.path.join(run.folder, "config.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                data = json.load(f).get("data", {})
+            corpora.add((data.get("corpus"), data.get("pair")))
+    return corpora
+
+
+def start_rows(
+    folders: Sequence[str],
+    tags: Sequence[str],
+    sentences: int | None,
+    corpora: set[tuple[str, str]] | None = None,
+) -> list[dict]:
     """Rows for public starts decoded without training, the baseline a DP row must beat.
 
     Each folder is a `dpnmt.decode --zero_shot --split=test --workdir=<folder>`
@@ -223,6 +249,9 @@ def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | Non
       folders: zero-shot decode workdirs.
       tags: re-decoding tags (`decode_test_<tag>/`; absent ones are skipped).
       sentences: the table's test sentence count, or None to skip that check.
+      corpora: the runs' (data.corpus, data.pair) (`run_corpora`): a start
+        decoded on none of them is refused (its ε is stated for its own); None
+        skips the check.
 
     Raises:
       ConfigError: a folder without `decode_test/results.json`, or a decode
@@ -253,21 +282,27 @@ def start_rows(folders: Sequence[str], tags: Sequence[str], sentences: int | Non
                     f"{path}: not a whole zero-shot decode of the test split ({sentences} "
                     "sentences); give --starts what dpnmt.decode --zero_shot --split=test wrote."
                 )
-            if "pretrained" not in record:
+            if "pretrained_problems" not in record or "corpus" not in decoded.get("privacy", {}):
                 raise ConfigError(
-                    f"{path}: no record of the decoded model's own privacy (a zero-shot decode "
-                    "from before dpnmt wrote one): decode it again with today's dpnmt.decode."
+                    f"{path}: no record of the decoded model's own privacy or corpus (a zero-shot "
+                    "decode from before dpnmt wrote them): decode it again with dpnmt.decode."
+                )
+            corpus = (record.get("corpus"), record.get("pair"))
+            if corpora is not None and corpus not in corpora:
+                raise ConfigError(
+                    f"{path}: decoded on corpus {corpus}, none of the runs' {sorted(corpora)}: "
+                    "its ε is stated for that corpus; decode it with a run's config."
                 )
             nan = math.nan
             rows.append(
                 {
                     "run": f"{name} (zero-shot)" + (f" [{tag}]" if tag else ""),
-                    "sampling": NO_PRIVATE_DATA if start_epsilon(record) == 0 else ZERO_SHOT,
+                    "sampling": NO_PRIVATE_DATA if start_epsilon(record, path) == 0 else ZERO_SHOT,
                     "bleu": as_float(scores.get("bleu")),
                     "chrf": as_float(scores.get("chrf")),
                     "bertscore_f1": as_float(scores.get("bertscore", {}).get("f1")),
                     "epsilon": 0.0,
-                    "epsilon_total": start_epsilon(record),
+                    "epsilon_total": start_epsilon(record, path),
                     **dict.fromkeys(("sigma", "lot_size", "seconds_per_epoch"), nan),
                     **dict.fromkeys(("steps", "epochs"), 0),
                     "epsilon_recomputed": nan,
@@ -316,8 +351,10 @@ def to_markdown(rows: list[dict], not_finished: list[str]) -> str:
     if any(r["sampling"] in (NO_PRIVATE_DATA, ZERO_SHOT) for r in rows):
         lines[-1] += (
             " A '(zero-shot)' row is a start decoded without training on this corpus "
-            "(`--starts`): ε total is its own ε on this corpus's data (0: trained on other "
-            "data, declared disjoint); the baseline the DP rows must beat."
+            "(`--starts`): ε total is its own ε on this corpus's data, as a DP run from it "
+            "would compose it (0: trained without DP on data declared disjoint, checked, or "
+            "no dpnmt export; ∞: a refused declaration or an unreadable record); the "
+            "baseline the DP rows must beat."
         )
     if not_finished:
         lines.append(f"\nNot in the table (not finished): {', '.join(not_finished)}.")

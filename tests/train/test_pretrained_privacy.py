@@ -438,3 +438,28 @@ def test_a_zero_shot_decode_records_the_models_claim_and_a_start_row_states_it(
     )
     assert decoded["privacy"]["pretrained"]["parallel"]
     assert runs_table.start_epsilon(decoded["privacy"]) == EXPORT_EPSILON
+
+
+def test_a_zero_shot_start_declared_disjoint_but_trained_on_this_corpus_states_infinity(
+    model_folder, tmp_path, monkeypatch
+):
+    """The review's case: a `:nonprivate` zero-shot decode never checked the declaration."""
+    from dpnmt.evaluation import decode  # noqa: PLC0415
+    from dpnmt.sweeps import runs_table  # noqa: PLC0415
+
+    _stop_before_tokenizing(monkeypatch)
+    public_stage = _config(tmp_path, None, variant="nonprivate")  # Trained on this corpus.
+    folder, _ = _export_trained_on(model_folder, tmp_path, public_stage, _record(False))
+    monkeypatch.undo()
+    config = _config(tmp_path, folder, "nonprivate")
+    config.model.pretrained_data_disjoint = True  # Wrongly declared.
+    config.eval.max_new_tokens = 4
+    decoded = decode.decode_and_score(
+        RunConfig.of(config),
+        str(tmp_path / "zero_shot"),
+        split="test",
+        bertscore=False,
+        zero_shot=True,
+    )
+    assert decoded["privacy"]["pretrained_problems"]
+    assert runs_table.start_epsilon(decoded["privacy"]) == math.inf
