@@ -387,6 +387,9 @@ def _start_row(tmp_path, folder):
         ),
         ({"pretrained": {"parallel": True, "epsilon": 2.5}}, 2.5),  # Disjoint, DP-trained.
         ({"pretrained": {"composed": True, "epsilon": -1.0}}, math.inf),  # No guarantee.
+        ({"pretrained": {"composed": True, "epsilon": False}}, math.inf),  # Not a number.
+        # An export of this corpus (not declared disjoint) that composes nothing: never 0.
+        ({"pretrained": {"declared_disjoint": False, "composed": False, "epsilon": 3.0}}, 3.0),
         # A declaration refused (e.g. the export was trained on this corpus), or no record.
         ({"pretrained_problems": ["declared disjoint, but trained on this corpus"]}, math.inf),
     ],
@@ -404,6 +407,7 @@ def test_a_starts_epsilon_is_its_models_own_on_this_corpus(tmp_path, privacy, ex
     "privacy, message",
     [
         ({"pretrained_problems": None}, "no record of the decoded model's own privacy"),
+        ({"pretrained_problems": ""}, "must be a list"),
         ({"pretrained": None}, "missing or malformed"),
         ({"pretrained": {"epsilon": "many"}}, "missing or malformed"),
         ({"corpus": "files:multi30k_test2017"}, "none of the runs'"),

@@ -203,7 +203,13 @@ def start_epsilon(record: dict, path: str = "") -> float:
     Raises:
       ConfigError: the record has no claim or a malformed one.
     """
-    if record.get("pretrained_problems"):
+    problems = record.get("pretrained_problems")
+    if not isinstance(problems, list):
+        raise ConfigError(
+            f"{path}: 'pretrained_problems' must be a list (the decode's record of its "
+            "model's claim); decode it again with dpnmt.decode --zero_shot."
+        )
+    if problems:
         return math.inf
     try:
         claim = PretrainedClaim.from_json(record["pretrained"])
@@ -212,10 +218,16 @@ def start_epsilon(record: dict, path: str = "") -> float:
             f"{path}: the decoded model's privacy claim is missing or malformed ({error!r}); "
             "decode it again with dpnmt.decode --zero_shot."
         ) from error
-    if claim.composed or claim.parallel:
-        epsilon = math.inf if claim.epsilon is None else float(claim.epsilon)
-        return epsilon if epsilon >= 0 else math.inf  # NaN and negative: no guarantee.
-    return 0.0
+    if (
+        not claim.composed
+        and not claim.parallel
+        and (not claim.dpnmt_export or claim.declared_disjoint)
+    ):
+        return 0.0  # Outside the report, as in the DP rows.
+    epsilon = claim.epsilon
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon >= 0:
+        return math.inf  # None, NaN, negative, not a number: no guarantee.
+    return float(epsilon)
 
 
 def run_corpora(runs: list[PublishedRun]) -> set[tuple[str, str]]:
@@ -251,7 +263,9 @@ def start_rows(
       sentences: the table's test sentence count, or None to skip that check.
       corpora: the runs' (data.corpus, data.pair) (`run_corpora`): a start
         decoded on none of them is refused (its ε is stated for its own); None
-        skips the check.
+        skips the check. Names only: a `files:` name resolves through
+        $DPNMT_DATA_DIR and corpus options are not compared, and a table that
+        mixes corpora needs the start to match one of them, not each.
 
     Raises:
       ConfigError: a folder without `decode_test/results.json`, or a decode
@@ -282,7 +296,7 @@ def start_rows(
                     f"{path}: not a whole zero-shot decode of the test split ({sentences} "
                     "sentences); give --starts what dpnmt.decode --zero_shot --split=test wrote."
                 )
-            if "pretrained_problems" not in record or "corpus" not in decoded.get("privacy", {}):
+            if "pretrained_problems" not in record or "corpus" not in record:
                 raise ConfigError(
                     f"{path}: no record of the decoded model's own privacy or corpus (a zero-shot "
                     "decode from before dpnmt wrote them): decode it again with dpnmt.decode."
