@@ -18,6 +18,15 @@ from tests.train.test_pretrained_privacy import (
 )
 
 
+def _zero_shot(config, workdir: str) -> dict:
+    """`dpnmt.decode --zero_shot --split=test` of `config`'s model into `workdir`."""
+    from dpnmt.evaluation import decode  # noqa: PLC0415
+
+    return decode.decode_and_score(
+        RunConfig.of(config), workdir, split="test", bertscore=False, zero_shot=True
+    )
+
+
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):
     """A tiny T5 and its vocabulary as transformers folders (no dpnmt.json)."""
@@ -27,16 +36,13 @@ def model_folder(tmp_path_factory):
 def test_a_zero_shot_decode_records_the_models_claim_and_a_start_row_states_it(
     model_folder, tmp_path
 ):
-    from dpnmt.evaluation import decode  # noqa: PLC0415
     from dpnmt.sweeps import runs_table  # noqa: PLC0415
 
     export_folder = _export(model_folder, tmp_path, _record())  # DP-trained, not disjoint.
     config = _config(tmp_path, export_folder, "nonprivate")
     config.eval.max_new_tokens = 4
     workdir = tmp_path / "zero_shot"
-    decoded = decode.decode_and_score(
-        RunConfig.of(config), str(workdir), split="test", bertscore=False, zero_shot=True
-    )
+    decoded = _zero_shot(config, str(workdir))
     claim = decoded["privacy"]["pretrained"]
     # A non-private decode config composes nothing, but the start still carries its ε.
     assert claim["dpnmt_export"] and claim["epsilon"] == EXPORT_EPSILON
@@ -47,13 +53,7 @@ def test_a_zero_shot_decode_records_the_models_claim_and_a_start_row_states_it(
     )
     # Declared disjoint, DP-trained: parallel composition, the larger ε (its own) stays.
     config.model.pretrained_data_disjoint = True
-    decoded = decode.decode_and_score(
-        RunConfig.of(config),
-        str(tmp_path / "zero_shot_disjoint"),
-        split="test",
-        bertscore=False,
-        zero_shot=True,
-    )
+    decoded = _zero_shot(config, str(tmp_path / "zero_shot_disjoint"))
     assert decoded["privacy"]["pretrained"]["parallel"]
     assert runs_table.start_epsilon(decoded["privacy"]) == EXPORT_EPSILON
 
@@ -62,7 +62,6 @@ def test_a_zero_shot_start_declared_disjoint_but_trained_on_this_corpus_states_i
     model_folder, tmp_path, monkeypatch
 ):
     """The review's case: a `:nonprivate` zero-shot decode never checked the declaration."""
-    from dpnmt.evaluation import decode  # noqa: PLC0415
     from dpnmt.sweeps import runs_table  # noqa: PLC0415
 
     _stop_before_tokenizing(monkeypatch)
@@ -72,12 +71,6 @@ def test_a_zero_shot_start_declared_disjoint_but_trained_on_this_corpus_states_i
     config = _config(tmp_path, folder, "nonprivate")
     config.model.pretrained_data_disjoint = True  # Wrongly declared.
     config.eval.max_new_tokens = 4
-    decoded = decode.decode_and_score(
-        RunConfig.of(config),
-        str(tmp_path / "zero_shot"),
-        split="test",
-        bertscore=False,
-        zero_shot=True,
-    )
+    decoded = _zero_shot(config, str(tmp_path / "zero_shot"))
     assert decoded["privacy"]["pretrained_problems"]
     assert runs_table.start_epsilon(decoded["privacy"]) == math.inf
