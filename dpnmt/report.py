@@ -17,8 +17,9 @@ published folder (results.json; metrics.jsonl, noise_to_signal.json and
 decode_test/ when present). Writes to `--out` one row per run in `table.md`
 and `table.csv` (with `--decodings=TAG`, a row "<run> [TAG]" under each run
 that has a test re-decoding `decode_test_TAG/`, e.g. with an n-gram ban;
-with `--starts=FOLDER`, first a row per public start decoded zero-shot,
-`dpnmt.decode --zero_shot --split=test --workdir=FOLDER`: ε 0, the baseline),
+with `--starts=FOLDER`, first a row per starting model decoded zero-shot,
+`dpnmt.decode --zero_shot --split=test --workdir=FOLDER`: the baseline, its ε
+total the model's own on this corpus),
 with noise to signal, validation BLEU extrapolated from the measured curves
 (labelled as such) and sample test translations under the table in `table.md`,
 and `learning_curves.png` (validation loss and BLEU by epoch). Every private
@@ -53,7 +54,7 @@ _DECODINGS = flags.DEFINE_list(
     "decodings", [], "--runs: tags of test re-decodings (decode_test_<tag>/): a row each."
 )
 _STARTS = flags.DEFINE_list(
-    "starts", [], "--runs: zero-shot decode workdirs of public starts (ε 0 baseline rows)."
+    "starts", [], "--runs: zero-shot decode workdirs of starting models (baseline rows first)."
 )
 _EXTRAPOLATE_TO = flags.DEFINE_float(
     "extrapolate_to", None, "--runs: epoch to extrapolate to (default: twice each run's last)."

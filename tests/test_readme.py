@@ -70,11 +70,8 @@ def test_readme_runs_tables_are_the_committed_runs_results():
         runs, not_finished = runs_table.load_runs(paths)
         assert runs and not not_finished, folders
         tags = tags.split(",") if tags else []
-        sentences = runs[0].results["test"].get("num_sentences")
         start_paths = [str(README.parent / f) for f in starts.split(",")] if starts else []
-        corpora = runs_table.run_corpora(runs)
-        rows = runs_table.start_rows(start_paths, tags, sentences, corpora) if starts else []
-        rows += runs_table.decoding_rows(runs, tags)
+        rows = runs_table.table_rows(runs, tags, start_paths)
         expected = runs_table.to_markdown(rows, []).split("\n\n")[0]
         assert table.strip() == expected.strip(), folders
 

@@ -125,7 +125,7 @@ def decode_and_score(
     report, steps_done = {"private": False, "note": decode_folders.ZERO_SHOT_NOTE}, 0
     if zero_shot:
         report |= zero_shot_claim(run, corpus)
-    if not zero_shot:
+    else:
         params, plan, steps_done = restore_params(run, workdir, params)
         report = privacy_report(
             plan,

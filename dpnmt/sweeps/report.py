@@ -86,8 +86,9 @@ def write_runs_report(
         each run's last epoch).
       decodings: tags of re-decodings of the test split: a row "<run> [<tag>]"
         under each run that has `decode_test_<tag>/` (`runs_table.decoding_rows`).
-      starts: zero-shot decode workdirs of the public starts: rows first, ε 0
-        (`runs_table.start_rows`, with their `decode_test_<tag>/` where present).
+      starts: zero-shot decode workdirs of the starting models: rows first, ε
+        total each model's own on this corpus (`runs_table.start_rows`, with
+        their `decode_test_<tag>/` where present).
 
     Returns:
       The Markdown written to table.md.
@@ -95,12 +96,7 @@ def write_runs_report(
     runs, not_finished = runs_table.load_runs(runs_table.expand(patterns))
     if not runs:
         raise ConfigError(f"--runs matched no finished run ({len(not_finished)} not finished).")
-    sentences = runs[0].results["test"].get("num_sentences")
-    corpora = runs_table.run_corpora(runs)
-    rows = []
-    if starts:
-        rows = runs_table.start_rows(runs_table.expand(starts), decodings, sentences, corpora)
-    rows += runs_table.decoding_rows(runs, decodings)
+    rows = runs_table.table_rows(runs, decodings, runs_table.expand(starts) if starts else [])
     markdown = "\n".join(
         [
             runs_table.to_markdown(rows, not_finished),

@@ -248,14 +248,13 @@ def start_rows(
     sentences: int | None,
     corpora: set[tuple[str, str]] | None = None,
 ) -> list[dict]:
-    """Rows for public starts decoded without training, the baseline a DP row must beat.
+    """Rows for starting models decoded without training, the baseline a DP row must beat.
 
     Each folder is a `dpnmt.decode --zero_shot --split=test --workdir=<folder>`
     output: a row "<folder name> (zero-shot)" from `decode_test/`, then one
-    "... [<tag>]" per tag that has `decode_test_<tag>/`. No private data was
-    used here: ε DP-SGD is 0, and ε total is the model's own on this corpus
-    (`start_epsilon`: 0 for a start trained on other data); σ, L, steps and
-    time do not apply.
+    "... [<tag>]" per tag that has `decode_test_<tag>/`. Nothing is trained
+    here: ε DP-SGD is 0, and ε total is the model's own on this corpus
+    (`start_epsilon`); σ, L, steps and time do not apply.
 
     Args:
       folders: zero-shot decode workdirs.
@@ -307,22 +306,40 @@ def start_rows(
                     f"{path}: decoded on corpus {corpus}, none of the runs' {sorted(corpora)}: "
                     "its ε is stated for that corpus; decode it with a run's config."
                 )
-            nan = math.nan
+            nan, epsilon = math.nan, start_epsilon(record, path)
             rows.append(
                 {
                     "run": f"{name} (zero-shot)" + (f" [{tag}]" if tag else ""),
-                    "sampling": NO_PRIVATE_DATA if start_epsilon(record, path) == 0 else ZERO_SHOT,
+                    "sampling": NO_PRIVATE_DATA if epsilon == 0 else ZERO_SHOT,
                     "bleu": as_float(scores.get("bleu")),
                     "chrf": as_float(scores.get("chrf")),
                     "bertscore_f1": as_float(scores.get("bertscore", {}).get("f1")),
                     "epsilon": 0.0,
-                    "epsilon_total": start_epsilon(record, path),
+                    "epsilon_total": epsilon,
                     **dict.fromkeys(("sigma", "lot_size", "seconds_per_epoch"), nan),
                     **dict.fromkeys(("steps", "epochs"), 0),
                     "epsilon_recomputed": nan,
                 }
             )
     return rows
+
+
+def table_rows(
+    runs: list[PublishedRun], decodings: Sequence[str], starts: Sequence[str]
+) -> list[dict]:
+    """The runs table's rows: the starts' (`start_rows`), then the runs' (`decoding_rows`).
+
+    Args:
+      runs: the finished runs (`load_runs`; at least one).
+      decodings: re-decoding tags, for the runs and the starts alike.
+      starts: zero-shot decode folders (checked against the runs' test sentence
+        count and corpora).
+    """
+    rows = []
+    if starts:
+        sentences = runs[0].results["test"].get("num_sentences")
+        rows = start_rows(starts, decodings, sentences, run_corpora(runs))
+    return rows + decoding_rows(runs, decodings)
 
 
 def markdown_rows(

@@ -147,7 +147,7 @@ def path_problems(workdir: str, files: list[str]) -> list[str]:
 
 def _carved_validation_problems(workdir: str, files: list[str]) -> list[str]:
     """Validation outputs outside private/ of a private run that validated on private pairs."""
-    problems = []
+    problems, untagged = [], decode_folders.folder("validation")
     for name in files:
         folder = os.path.dirname(name)
         if os.path.basename(name) != RESULTS_FILE or not os.path.isfile(
@@ -161,7 +161,6 @@ def _carved_validation_problems(workdir: str, files: list[str]) -> list[str]:
         for other in files:
             inside = os.path.relpath(other, folder)
             top = inside.split(os.sep, 1)[0]
-            untagged = decode_folders.folder("validation")
             tagged = top.startswith(untagged + "_")  # dpnmt.decode --tag
             if inside == NOISE_TO_SIGNAL_FILE or (os.sep in inside and (top == untagged or tagged)):
                 problems.append(
