@@ -12,7 +12,7 @@ import os
 
 import jax
 
-from dpnmt import bridge, decode_folders, models, privacy
+from dpnmt import bridge, decode_folders, models, privacy, public_names
 from dpnmt.config import RunConfig
 from dpnmt.data import text_objective, tokenizers
 from dpnmt.errors import ConfigError, MissingInputError, raise_problems
@@ -183,7 +183,7 @@ def zero_shot_claim(run: RunConfig, corpus) -> dict:
 
     Returns:
       {"pretrained": the claim (JSON) or None, "pretrained_problems": [lines],
-      "corpus": data.corpus, "pair": data.pair}.
+      "corpus": data.corpus's public name, "pair": data.pair}.
     """
     private = dataclasses.replace(run, dp=dataclasses.replace(run.dp, enabled=True))
     claim = pretrained_privacy.pretrained_claim(private, refuse=False)
@@ -192,7 +192,7 @@ def zero_shot_claim(run: RunConfig, corpus) -> dict:
     return {
         "pretrained": None if claim is None else claim.to_json(),
         "pretrained_problems": problems,
-        "corpus": run.data.corpus,
+        "corpus": public_names.public_corpus(run.data.corpus),  # Published: no local path.
         "pair": run.data.pair,
     }
 

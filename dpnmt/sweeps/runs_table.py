@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 
-from dpnmt import decode_folders
+from dpnmt import decode_folders, public_names
 from dpnmt.errors import ConfigError
 from dpnmt.sweeps import epsilon_check, summary
 from dpnmt.sweeps.summary import as_float
@@ -231,14 +231,18 @@ def start_epsilon(record: dict, path: str = "") -> float:
 
 
 def run_corpora(runs: list[PublishedRun]) -> set[tuple[str, str]]:
-    """The (data.corpus, data.pair) of each run, from its config.json (absent: skipped)."""
+    """The (public name of data.corpus, data.pair) of each run, from its config.json.
+
+    Public names (`public_names.public_corpus`), as a zero-shot decode records
+    them; a run without config.json is skipped.
+    """
     corpora = set()
     for run in runs:
         path = os.path.join(run.folder, "config.json")
         if os.path.isfile(path):
             with open(path) as f:
                 data = json.load(f).get("data", {})
-            corpora.add((data.get("corpus"), data.get("pair")))
+            corpora.add((public_names.public_corpus(data.get("corpus")), data.get("pair")))
     return corpora
 
 

@@ -2,6 +2,7 @@
 decode's corpus would (`evaluation.decode.zero_shot_claim`), and `dpnmt.report --starts`
 states it (`sweeps.runs_table.start_epsilon`)."""
 
+import json
 import math
 
 import pytest
@@ -74,3 +75,13 @@ def test_a_zero_shot_start_declared_disjoint_but_trained_on_this_corpus_states_i
     decoded = _zero_shot(config, str(tmp_path / "zero_shot"))
     assert decoded["privacy"]["pretrained_problems"]
     assert runs_table.start_epsilon(decoded["privacy"]) == math.inf
+
+
+def test_a_zero_shot_decode_records_its_corpus_by_its_public_name(tmp_path):
+    """Published: a `files:` corpus's folder by name, never the local path."""
+    from dpnmt.evaluation import decode  # noqa: PLC0415
+
+    config = _config(tmp_path, None, "nonprivate")
+    assert str(tmp_path) in config.data.corpus  # files:<absolute folder>
+    record = decode.zero_shot_claim(RunConfig.of(config), None)
+    assert record["corpus"] == "files:corpus" and str(tmp_path) not in json.dumps(record)
