@@ -9,6 +9,20 @@ best C of the full fine-tuning grid):
         --config.train.num_epochs=5 --config.train.learning_rate=$lr --config.dp.l2_clip=<best C> \\
         --workdir=../standin_lora/lr${lr}
     done
+
+then the lot size at a fixed number of epochs (fixed compute): L = 4,096 (35 lots
+at 5 epochs, σ from the same ε; warm-up 30·1024/L = 8 lots, the same fraction of
+T as L = 1,024's 30 of 142), against the L = 1,024 runs above:
+
+    for lr in 1e-2 5e-3 2e-2; do
+      python -m dpnmt.sweep --config=configs/standin_tatoeba_lora.py --grid=eps8 \\
+        --sampling=poisson --seeds=1 --config.model.name_or_path=../exported/public_wmt_de_en \\
+        --config.train.num_epochs=5 --config.train.learning_rate=$lr --config.dp.l2_clip=1.0 \\
+        --config.train.expected_lot_size=4096 --config.train.warmup_steps=8 \\
+        --workdir=../standin_lora/L4096_lr${lr}
+    done
+
+The tuning rule picks (L, learning rate) over all of standin_lora/ in one group.
 """
 
 from dpnmt import config_lib
