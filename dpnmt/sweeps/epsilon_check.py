@@ -14,6 +14,7 @@ fine grid: PLD's discretisation over-estimates ε, never under-estimates it).
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
@@ -186,3 +187,44 @@ def _parallel_export(pretrained: dict) -> tuple[float, float, str | None]:
             problem = f"the export's record: {inner.note}"
         their_total = max(their_total, _float(inner.total_recomputed))
     return max(epsilon, their_total), max(delta, their_delta), problem
+
+
+def released_together(records: Sequence[dict]) -> tuple[float, float]:
+    """(ε, δ) of several private runs published together, for one training example.
+
+    An upper bound whatever the runs' training data share (composition is
+    tight when they share all of it, loose otherwise). Runs whose whole
+    guarantee is their DP-SGD (no vocabulary ε, no composed pretrained export)
+    go into one dp_accounting event, its ε read at the largest of their δ (PLD
+    on a fine grid: the composed mechanism's ε at any δ is a guarantee, and
+    this δ compares directly with each row's own);
+    any other run adds its own recomputed total (ε, δ) by basic composition,
+    which never under-states how its parts compose. (∞, δ) when a record is
+    not private or claims no finite ε.
+
+    Args:
+      records: results.json "privacy" objects, each recomputable (`check_run`).
+
+    Raises:
+      ValueError: no record, or a record whose ε does not recompute (`check_run`).
+    """
+    if not records:
+        raise ValueError("released_together needs at least one run's privacy record.")
+    events, delta, epsilon_rest, delta_rest = [], 0.0, 0.0, 0.0
+    for privacy in records:
+        check = check_run(privacy)
+        if not check.agrees:
+            raise ValueError(f"a record whose ε does not recompute: {check.note}")
+        total = _float(check.total_recomputed)
+        if not privacy["private"] or not math.isfinite(total):
+            return math.inf, math.inf
+        if total == check.recomputed and _float(privacy.get("total_delta")) == float(
+            privacy["dp_sgd_delta"]
+        ):
+            events.append(_event(privacy))
+            delta = max(delta, float(privacy["dp_sgd_delta"]))
+        else:
+            epsilon_rest += max(total, check.total_reported)
+            delta_rest += _float(privacy.get("total_delta"))
+    epsilon = _epsilon(events, delta, None) if events else 0.0
+    return epsilon + epsilon_rest, delta + delta_rest

@@ -79,8 +79,9 @@ def write_runs_report(
 
     Args:
       patterns: run folders or globs (each folder holds results.json).
-      out: output folder: table.md (table, noise to signal, extrapolation,
-        sample translations), table.csv, learning_curves.png.
+      out: output folder: table.md (table, noise to signal, the rows released
+        together, extrapolation, sample translations), table.csv,
+        learning_curves.png.
       samples: test translations shown per run.
       extrapolate_to: epoch to extrapolate validation BLEU to (default twice
         each run's last epoch).
@@ -101,6 +102,7 @@ def write_runs_report(
         [
             runs_table.to_markdown(rows, not_finished),
             runs_details.noise_to_signal(runs),
+            runs_details.released_together(runs),
             runs_details.extrapolation(runs, extrapolate_to),
             runs_details.samples(runs, samples),
         ]

@@ -1,4 +1,5 @@
-"""The sections under the runs table: noise-to-signal, extrapolation, sample translations.
+"""The sections under the runs table: noise-to-signal, the rows released together,
+extrapolation, sample translations.
 
 Each reads only what a run folder publishes: `noise_to_signal.json` (from
 `python -m dpnmt.noise_to_signal`, written there only when validation is a
@@ -7,9 +8,10 @@ and the validation curve (`runs_table.validation_curve`).
 """
 
 import json
+import math
 import os
 
-from dpnmt.sweeps import extrapolate, runs_table
+from dpnmt.sweeps import epsilon_check, extrapolate, runs_table
 
 NOISE_TO_SIGNAL = "noise_to_signal.json"
 TEST_HYPOTHESES = os.path.join("decode_test", "hypotheses.test.txt")
@@ -46,6 +48,29 @@ def noise_to_signal(runs: list[runs_table.PublishedRun]) -> str:
             )
     if len(lines) == 2:
         lines.append("No private run among these runs.")
+    return "\n".join(lines) + "\n"
+
+
+def released_together(runs: list[runs_table.PublishedRun]) -> str:
+    """What the table's private rows guarantee when published together (`epsilon_check`)."""
+    private = [run for run in runs if run.privacy["private"]]
+    public = [run.name for run in runs if not run.privacy["private"]]
+    lines = ["## The rows released together", ""]
+    if len(private) < 2:
+        lines.append(f"{len(private)} private run: its row's ε is the table's guarantee.")
+    else:
+        epsilon, delta = epsilon_check.released_together([run.privacy for run in private])
+        together = f"ε {epsilon:.2f} at δ {delta:.3g}" if math.isfinite(epsilon) else "ε ∞"
+        lines.append(
+            f"Each row's ε holds for its own model. The {len(private)} private rows published "
+            f"together are {together} for one training example: their DP-SGD runs composed "
+            "with dp_accounting, an upper bound whatever their training data share."
+        )
+    if public:
+        lines.append(
+            f"Not private: {', '.join(public)}. An example a non-private row trained on "
+            "has no guarantee wherever that row is published beside the others."
+        )
     return "\n".join(lines) + "\n"
 
 
