@@ -1,4 +1,4 @@
-"""Several published runs' guarantee together (`epsilon_check.released_together`), on committed runs."""
+"""Published runs' guarantee together (`epsilon_check.released_together`), on committed runs."""
 
 import json
 import math

@@ -1,5 +1,4 @@
-"""The sections under the runs table: noise-to-signal, the rows released together,
-extrapolation, sample translations.
+"""The sections under the runs table: noise to signal, rows together, extrapolation, samples.
 
 Each reads only what a run folder publishes: `noise_to_signal.json` (from
 `python -m dpnmt.noise_to_signal`, written there only when validation is a
