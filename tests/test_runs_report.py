@@ -224,6 +224,11 @@ def test_tuning_rule_prefers_bleu_then_the_lower_loss_among_ties():
         ("e", 1.0, 2.0, 8, "lora"),
     ]
     assert chosen(groups) == ["b", "d", "e"]
+    # Calibrated to one target at other L or T (ε 7.99 and 8.00): one group, one winner.
+    target = [("a", 1.0, 3.0, 7.99, "lora"), ("b", 1.0, 2.0, 8.00, "lora")]
+    assert chosen(target) == ["a", "b"]  # Without the target: two groups.
+    marked = tuning_table.choose([r | {"target_epsilon": 8.0} for r in rows(*target)])
+    assert [r["run"] for r in marked if r["chosen"] == tuning_table.CHOSEN] == ["b"]
 
 
 def test_tuning_table_reads_the_committed_grid_and_refuses_unfinished(tmp_path):

@@ -189,18 +189,79 @@ def _parallel_export(pretrained: dict) -> tuple[float, float, str | None]:
     return max(epsilon, their_total), max(delta, their_delta), problem
 
 
-def released_together(records: Sequence[dict]) -> tuple[float, float]:
-    """(ε, δ) of several private runs published together, for one training example.
+@dataclasses.dataclass(frozen=True)
+class Together:
+    """Several published runs' guarantee together, for one unit of their privacy.
 
-    An upper bound whatever the runs' training data share (composition is
-    tight when they share all of it, loose otherwise). Runs whose whole
-    guarantee is their DP-SGD (no vocabulary ε, no composed pretrained export)
-    go into one dp_accounting event, its ε read at the largest of their δ (PLD
-    on a fine grid: the composed mechanism's ε at any δ is a guarantee, and
-    this δ compares directly with each row's own);
-    any other run adds its own recomputed total (ε, δ) by basic composition,
-    which never under-states how its parts compose. (∞, δ) when a record is
-    not private or claims no finite ε.
+    Attributes:
+      epsilon: ε of all of them published together (∞: no joint bound; `note` says why).
+      delta: its δ (∞ with an ∞ ε).
+      unit: what one neighbouring change is, from the records ("one training
+        example", "one whole group ...").
+      events: runs composed in one dp_accounting event.
+      added: runs added by basic composition (their whole recorded total).
+      note: why there is no bound, or what the bound assumes ("" when nothing).
+    """
+
+    epsilon: float
+    delta: float
+    unit: str
+    events: int
+    added: int
+    note: str
+
+
+def _in_one_event(privacy: dict, check: EpsilonCheck) -> bool:
+    """Whether the run's whole guarantee is its own Poisson DP-SGD, per training example."""
+    vocabulary, pretrained = privacy.get("vocabulary") or {}, privacy.get("pretrained") or {}
+    record = pretrained.get("record")
+    return (
+        privacy["sampling"] == "poisson"
+        and privacy.get("privacy_unit") is None
+        and not privacy.get("joint_dp_sgd")
+        and vocabulary.get("covered_by_guarantee") is not False
+        and _float(vocabulary.get("epsilon") or 0.0) == 0.0
+        and not pretrained.get("composed")
+        and not pretrained.get("parallel")
+        and not (isinstance(record, dict) and record.get("private") is True)
+        and check.total_recomputed == check.recomputed
+        and _float(privacy.get("total_delta")) == float(privacy["dp_sgd_delta"])
+    )
+
+
+def _whole_total(privacy: dict, check: EpsilonCheck) -> tuple[float, float]:
+    """A run's (ε, δ) as a whole, never below any of its recorded or recomputed parts."""
+    vocabulary, pretrained = privacy.get("vocabulary") or {}, privacy.get("pretrained") or {}
+    record = pretrained.get("record") if isinstance(pretrained.get("record"), dict) else {}
+    epsilon = max(check.total_reported, _float(check.total_recomputed))
+    parts_delta = float(privacy["dp_sgd_delta"]) + float(vocabulary.get("delta") or 0.0)
+    if pretrained.get("composed") or pretrained.get("parallel"):
+        epsilon = max(epsilon, _float(record.get("total_epsilon")))
+        their_delta = max(float(pretrained.get("delta") or 0.0), _float(record.get("total_delta")))
+        parts_delta += their_delta
+    recorded = privacy.get("total_delta")  # Absent from old records: the parts decide.
+    return epsilon, max(0.0 if recorded is None else _float(recorded), parts_delta)
+
+
+def _unit(privacy: dict) -> tuple | None:
+    """What one neighbouring change is: None (one example), else (unit, number of groups)."""
+    unit = privacy.get("privacy_unit")
+    return None if unit is None else (unit.get("unit"), unit.get("num_groups"))
+
+
+def released_together(records: Sequence[dict]) -> Together:
+    """The guarantee of several private runs published together (e.g. rows at several ε).
+
+    An upper bound whatever the runs' training data share (tight when they
+    share all of it). A run whose whole guarantee is its own Poisson DP-SGD per
+    training example goes into one dp_accounting event with the others like it,
+    whose ε is read at the largest of their δ (PLD on a fine grid: the composed
+    mechanism's ε at any δ is a guarantee, and this δ compares directly with
+    each row's own). Any other run (a vocabulary ε, a private export composed
+    or declared disjoint, a two-stage record, shuffled lots, groups) adds its
+    whole total by basic composition, taking the largest of its recorded and
+    recomputed parts. No bound (∞) when a run is not private or has no finite
+    total, or when the runs protect different units (one example, one group).
 
     Args:
       records: results.json "privacy" objects, each recomputable (`check_run`).
@@ -210,21 +271,34 @@ def released_together(records: Sequence[dict]) -> tuple[float, float]:
     """
     if not records:
         raise ValueError("released_together needs at least one run's privacy record.")
-    events, delta, epsilon_rest, delta_rest = [], 0.0, 0.0, 0.0
+    checks = []
     for privacy in records:
         check = check_run(privacy)
         if not check.agrees:
             raise ValueError(f"a record whose ε does not recompute: {check.note}")
-        total = _float(check.total_recomputed)
-        if not privacy["private"] or not math.isfinite(total):
-            return math.inf, math.inf
-        if total == check.recomputed and _float(privacy.get("total_delta")) == float(
-            privacy["dp_sgd_delta"]
-        ):
+        checks.append(check)
+    units = {_unit(p) for p in records}
+    if len(units) > 1:
+        return Together(math.inf, math.inf, "–", 0, 0, "the runs protect different units")
+    unit = "one training example" if units == {None} else "one whole group of a run's corpus"
+    events, delta, epsilon_rest, delta_rest = [], 0.0, 0.0, 0.0
+    for privacy, check in zip(records, checks, strict=True):
+        if not privacy["private"] or not math.isfinite(_float(check.total_recomputed)):
+            return Together(math.inf, math.inf, unit, 0, 0, "a run without a finite guarantee")
+        if _in_one_event(privacy, check):
             events.append(_event(privacy))
             delta = max(delta, float(privacy["dp_sgd_delta"]))
-        else:
-            epsilon_rest += max(total, check.total_reported)
-            delta_rest += _float(privacy.get("total_delta"))
+            continue
+        epsilon, run_delta = _whole_total(privacy, check)
+        if not (math.isfinite(epsilon) and math.isfinite(run_delta)):
+            return Together(math.inf, math.inf, unit, 0, 0, "a run without a finite (ε, δ)")
+        epsilon_rest, delta_rest = epsilon_rest + epsilon, delta_rest + run_delta
+    note = ""
+    if len({p.get("adjacency") for p in records}) > 1:
+        note = (
+            "the runs' neighbouring datasets differ (an example added or removed, or replaced "
+            "by a null example at a fixed N): the bound is for an example present or absent"
+        )
     epsilon = _epsilon(events, delta, None) if events else 0.0
-    return epsilon + epsilon_rest, delta + delta_rest
+    added = len(records) - len(events)
+    return Together(epsilon + epsilon_rest, delta + delta_rest, unit, len(events), added, note)

@@ -9,6 +9,7 @@ from dpnmt.sweeps import grid, groups_table, plots, runs_details, runs_table, su
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 FIGURES = ("bleu_vs_epsilon.png", "learning_curves.png", "epsilon_vs_step.png")
 RUNS_FIGURES = ("learning_curves.png",)
+STARTS = (runs_table.NO_PRIVATE_DATA, runs_table.ZERO_SHOT)  # The sampling labels of start rows.
 
 
 def write_workdir_report(workdir: str, out: str) -> tuple[str, tuple[str, ...]]:
@@ -102,7 +103,7 @@ def write_runs_report(
         [
             runs_table.to_markdown(rows, not_finished),
             runs_details.noise_to_signal(runs),
-            runs_details.released_together(runs),
+            runs_details.released_together(runs, [r for r in rows if r["sampling"] in STARTS]),
             runs_details.extrapolation(runs, extrapolate_to),
             runs_details.samples(runs, samples),
         ]

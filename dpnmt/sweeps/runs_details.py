@@ -50,27 +50,64 @@ def noise_to_signal(runs: list[runs_table.PublishedRun]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def released_together(runs: list[runs_table.PublishedRun]) -> str:
-    """What the table's private rows guarantee when published together (`epsilon_check`)."""
+def _up(value: float, digits: int) -> str:
+    """`value` rounded up to `digits` significant digits (a stated ε or δ never rounds down)."""
+    if value <= 0 or not math.isfinite(value):
+        return f"{value:g}"
+    unit = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return f"{math.ceil(value / unit * (1 - 1e-12)) * unit:.{digits}g}"
+
+
+def released_together(runs: list[runs_table.PublishedRun], starts: list[dict] = ()) -> str:
+    """What the table's private rows guarantee published together (`epsilon_check`).
+
+    Args:
+      runs: the table's runs.
+      starts: the table's start rows (`runs_table.start_rows`): any with an ε
+        total above 0 on this corpus is named, not composed.
+    """
     private = [run for run in runs if run.privacy["private"]]
     public = [run.name for run in runs if not run.privacy["private"]]
     lines = ["## The rows released together", ""]
-    if len(private) < 2:
-        lines.append(f"{len(private)} private run: its row's ε is the table's guarantee.")
+    if not private:
+        lines.append("No private run: nothing in this table has a guarantee.")
+    elif len(private) == 1:
+        lines.append(f"One private run, {private[0].name}: its ε holds for its own model.")
     else:
-        epsilon, delta = epsilon_check.released_together([run.privacy for run in private])
-        together = f"ε {epsilon:.2f} at δ {delta:.3g}" if math.isfinite(epsilon) else "ε ∞"
-        lines.append(
-            f"Each row's ε holds for its own model. The {len(private)} private rows published "
-            f"together are {together} for one training example: their DP-SGD runs composed "
-            "with dp_accounting, an upper bound whatever their training data share."
-        )
+        together = epsilon_check.released_together([run.privacy for run in private])
+        if together.added == 0:
+            how = "their DP-SGD runs composed with dp_accounting"
+        elif together.events == 0:
+            how = "their whole totals added (basic composition)"
+        else:
+            how = (
+                f"{together.events} runs' DP-SGD composed with dp_accounting, "
+                f"{together.added} runs' whole totals added (basic composition)"
+            )
+        if math.isfinite(together.epsilon):
+            lines.append(
+                f"Each row's ε holds for its own model. The {len(private)} private rows "
+                f"published together are ε {_up(together.epsilon, 4)} at δ "
+                f"{_up(together.delta, 3)} for {together.unit} ({how}: an upper bound whatever "
+                f"their training data share{'; ' + together.note if together.note else ''})."
+            )
+        else:
+            lines.append(
+                f"Each row's ε holds for its own model. The {len(private)} private rows "
+                f"together: no joint bound is stated ({together.note})."
+            )
     if public:
         lines.append(
             f"Not private: {', '.join(public)}. An example a non-private row trained on "
             "has no guarantee wherever that row is published beside the others."
         )
-    return "\n".join(lines) + "\n"
+    spent = [r["run"] for r in starts if r["epsilon_total"] != 0]
+    if spent:
+        lines.append(
+            f"Starts with an ε of their own on this corpus: {', '.join(spent)}; not composed "
+            "above (add their ε by basic composition)."
+        )
+    return "\n\n".join([lines[0], *lines[2:]]) + "\n"
 
 
 def extrapolation(runs: list[runs_table.PublishedRun], at_epochs: float | None) -> str:

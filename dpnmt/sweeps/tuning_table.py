@@ -4,7 +4,9 @@ One row per finished run (`runs_table.load_runs`: every private run's ε
 recomputed with dp_accounting first): its learning rate, C and the parameter
 average's decay (config.json; 0: none),
 L, epochs, σ, ε, and its final validation loss and BLEU, which pick the
-winner of each group of rows at one (ε, fine-tuned parameters):
+winner of each group of rows at one (ε, fine-tuned parameters; ε the config's
+target ε where it set one, since runs calibrated to one target at other L or T
+land a little apart under it):
 
   the highest validation BLEU; every run within `TIE_BLEU` of it counts as
   tied, and the tie goes to the lowest validation loss.
@@ -52,6 +54,11 @@ def _config(run: PublishedRun) -> dict:
     return config
 
 
+def _target(config: dict) -> float | None:
+    """The config's target ε (σ calibrated to it), or None (σ given)."""
+    return config.get("dp", {}).get("target_epsilon")
+
+
 def row(run: PublishedRun) -> dict:
     """The run's row keyed by `COLUMNS`' keys ("chosen" empty until `choose`).
 
@@ -75,6 +82,7 @@ def row(run: PublishedRun) -> dict:
         "epochs": results["steps_done"] / run.steps_per_epoch,
         "sigma": as_float(privacy["noise_multiplier"]),
         "epsilon": as_float(privacy["dp_sgd_epsilon"]),
+        "target_epsilon": _target(config) if privacy["private"] else None,
         "validation_loss": as_float(results["validation"].get("loss")),
         "validation_bleu": as_float(results["validation"].get("bleu")),
         "bleu": as_float(results["test"].get("bleu")),
@@ -83,6 +91,12 @@ def row(run: PublishedRun) -> dict:
 
 
 def _group(r: dict) -> tuple:
+    """(ε, fine-tuned), ε the config's target where it set one, else the achieved ε to 0.01.
+
+    Runs calibrated to one target at other L or T land a little apart under it.
+    """
+    if r.get("target_epsilon") is not None:
+        return (float(r["target_epsilon"]), r["finetune"])
     return (round(r["epsilon"], 2) if math.isfinite(r["epsilon"]) else "∞", r["finetune"])
 
 
