@@ -96,6 +96,41 @@ def test_a_private_export_declared_disjoint_is_added_whole_with_its_own_total():
     assert both.epsilon == pytest.approx(alone.epsilon + lora["dp_sgd_epsilon"], rel=1e-3)
 
 
+def _from_export(run: dict, export: dict, **claim) -> dict:
+    """`run` as if it had started from `export`'s private model (the claim's flags given)."""
+    pretrained = {"dpnmt_export": True, "epsilon": export["total_epsilon"], "delta": 1e-8}
+    return dict(run, pretrained=pretrained | claim | {"record": export})
+
+
+def test_a_disjoint_export_below_the_run_is_still_counted_for_its_own_data():
+    lora8, lora1 = _privacy(LORA8), _privacy(LORA1)
+    flags = {"declared_disjoint": True, "composed": False}
+    for claim in (flags | {"parallel": True}, flags):  # The second: a record before `parallel`.
+        run = _from_export(lora8, lora1, **claim)
+        assert epsilon_check.check_run(run).agrees
+        alone = together([run])
+        assert (alone.events, alone.added) == (0, 1) and alone.delta >= 2e-8
+        both = together([run, lora1])  # The export's people are in lora1's data too.
+        assert both.epsilon >= lora8["dp_sgd_epsilon"] + lora1["dp_sgd_epsilon"] - 1e-9
+
+
+def test_a_composed_export_claim_below_its_record_is_refused():
+    lora8, vocab = _privacy(LORA8), _privacy(VOCAB8)
+    honest = _from_export(lora8, vocab, composed=True)
+    honest["total_epsilon"] = lora8["dp_sgd_epsilon"] + vocab["total_epsilon"]
+    honest["total_delta"] = lora8["dp_sgd_delta"] + vocab["total_delta"]
+    result = together([honest])
+    assert result.added == 1 and result.epsilon == pytest.approx(honest["total_epsilon"])
+    low = _from_export(lora8, vocab, composed=True, epsilon=1.0)
+    low["total_epsilon"] = lora8["dp_sgd_epsilon"] + 1.0
+    assert "below its record's total" in epsilon_check.check_run(low).note
+    with pytest.raises(ValueError, match="does not recompute"):
+        together([low])
+    cut = _from_export(lora8, dict(vocab, dp_sgd_epsilon=1.0, total_epsilon=5.03), composed=True)
+    cut["total_epsilon"] = lora8["dp_sgd_epsilon"] + 5.03  # Its record does not recompute.
+    assert not epsilon_check.check_run(cut).agrees
+
+
 def test_no_bound_for_a_run_without_one_or_for_different_units():
     assert together([_privacy(LORA8), _privacy(NONPRIVATE)]).epsilon == math.inf
     groups = [_privacy(RESULTS / "groups_bsd" / unit) for unit in ("group", "pair")]
@@ -106,7 +141,12 @@ def test_no_bound_for_a_run_without_one_or_for_different_units():
     unbounded = _privacy(RESULTS / "groups_clinspen" / "pair")  # A private vocabulary: ε ∞.
     assert together([_privacy(LORA8), unbounded]).epsilon == math.inf
     shuffled = together([_privacy(LORA8), _privacy(SHUFFLE8)])
-    assert math.isfinite(shuffled.epsilon) and "neighbouring datasets differ" in shuffled.note
+    assert math.isfinite(shuffled.epsilon) and shuffled.added == 1
+    assert "not for either relation alone" in shuffled.note
+    alone = together([_privacy(SHUFFLE8), _privacy(SHUFFLE8)])
+    assert alone.events == 0 and alone.note == ""
+    texts = together([_privacy(LORA8), dict(_privacy(LORA1), example="one text")])
+    assert "at most one example in each run's data" in texts.note
     wrong = dict(_privacy(LORA1), dp_sgd_epsilon=0.5)
     with pytest.raises(ValueError, match="does not recompute"):
         together([_privacy(LORA8), wrong])
@@ -126,5 +166,17 @@ def test_the_report_states_the_rows_together_rounded_up_and_names_the_rest(tmp_p
     single = report.write_runs_report([str(LORA8)], str(tmp_path / "one"), samples=0)
     assert "One private run, " in single
     none = report.write_runs_report([str(NONPRIVATE)], str(tmp_path / "none"), samples=0)
-    assert "No private run: nothing in this table has a guarantee." in none
+    assert "No private run among the trained rows: none of them has a guarantee." in none
     assert runs_details._up(11.2101, 4) == "11.22" and runs_details._up(1e-8, 3) == "1e-08"
+    assert runs_details._up(3.0000000000000004e-08, 3) == "3e-08"
+    assert runs_details._up(3.0001e-08, 3) == "3.01e-08"
+    from dpnmt.sweeps import runs_table
+
+    runs, _ = runs_table.load_runs([str(LORA8), str(LORA1)])
+    starts = [{"run": f"s (zero-shot){t}", "epsilon_total": 3.0} for t in ("", " [n6]")]
+    text = runs_details.released_together(runs, starts + [{"run": "p", "epsilon_total": 0.0}])
+    assert "Starts with an ε of their own on this corpus: s (zero-shot); not composed" in text
+    mixed = runs_details.released_together(runs + runs_table.load_runs([str(VOCAB8)])[0])
+    assert (
+        "the DP-SGD of 2 runs composed with dp_accounting, the whole totals of 1 run added" in mixed
+    )

@@ -229,6 +229,17 @@ def test_tuning_rule_prefers_bleu_then_the_lower_loss_among_ties():
     assert chosen(target) == ["a", "b"]  # Without the target: two groups.
     marked = tuning_table.choose([r | {"target_epsilon": 8.0} for r in rows(*target)])
     assert [r["run"] for r in marked if r["chosen"] == tuning_table.CHOSEN] == ["b"]
+    # Only a σ calibrated to the target counts: a given σ is grouped by its achieved ε.
+    dp = {"enabled": True, "target_epsilon": 8.0, "noise_multiplier": None}
+    assert tuning_table._target({"dp": dp}) == 8.0
+    assert tuning_table._target({"dp": dp | {"noise_multiplier": 0.5}}) is None
+    assert tuning_table._target({"dp": dp | {"enabled": False}}) is None
+    # Another δ, sampling or unit is another group.
+    setting = [{"setting": (1e-8, "poisson", "example")}, {"setting": (1e-5, "poisson", "example")}]
+    marked = tuning_table.choose(
+        [r | d | {"target_epsilon": 8.0} for r, d in zip(rows(*target), setting, strict=True)]
+    )
+    assert [r["run"] for r in marked if r["chosen"] == tuning_table.CHOSEN] == ["a", "b"]
 
 
 def test_tuning_table_reads_the_committed_grid_and_refuses_unfinished(tmp_path):

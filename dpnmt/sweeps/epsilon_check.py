@@ -129,14 +129,15 @@ def check_run(privacy: dict) -> EpsilonCheck:
     if vocabulary.get("covered_by_guarantee") is False:
         before = math.inf
     pretrained = privacy.get("pretrained") or {}
+    problem = None
     if pretrained.get("composed"):
-        before += _float(pretrained.get("epsilon"))
+        theirs, problem = _composed_export(pretrained)
+        before += theirs
     total_recomputed = recomputed + before
     joint = _joint_total(privacy)
     if joint is not None:  # Two private stages in one accountant (`training.stage_composition`).
         total_recomputed = joint
-    problem = None
-    if pretrained.get("parallel"):  # Declared disjoint data: the larger of the two totals.
+    if disjoint_private(pretrained):  # Declared disjoint data: the larger of the two totals.
         theirs, their_delta, problem = _parallel_export(pretrained)
         total_recomputed = max(total_recomputed, theirs)
         ours_delta = float(privacy["dp_sgd_delta"]) + float(vocabulary.get("delta") or 0.0)
@@ -156,6 +157,41 @@ def check_run(privacy: dict) -> EpsilonCheck:
     if not agrees:
         note = "DISAGREES: " + note + (f"; {problem}" if problem else "")
     return EpsilonCheck(reported, recomputed, agrees, total, total_recomputed, note)
+
+
+def disjoint_private(pretrained: dict) -> bool:
+    """A private export declared disjoint and not composed (records before `parallel` too)."""
+    record = pretrained.get("record")
+    return bool(pretrained.get("parallel")) or bool(
+        pretrained.get("declared_disjoint")
+        and not pretrained.get("composed")
+        and isinstance(record, dict)
+        and record.get("private") is True
+    )
+
+
+def _composed_export(pretrained: dict) -> tuple[float, str | None]:
+    """The ε a composed export adds, never below its embedded record, and what is wrong, or None.
+
+    The claim as written is checked against the record it embeds: not below
+    that record's total, and the record's own ε recomputed (`check_run`) when
+    it holds σ, q, T and δ.
+    """
+    epsilon, record = _float(pretrained.get("epsilon")), pretrained.get("record")
+    if not isinstance(record, dict) or record.get("private") is not True:
+        return epsilon, None
+    theirs, problem = _float(record.get("total_epsilon")), None
+    if epsilon < theirs:
+        problem = f"the composed export's ε {epsilon:.6g} is below its record's total {theirs:.6g}"
+    try:
+        inner = check_run(record)
+    except (KeyError, ValueError, TypeError):  # A record without σ, q, T: its total as written.
+        inner = None
+    if inner is not None:
+        if not inner.agrees and problem is None:
+            problem = f"the composed export's record: {inner.note}"
+        theirs = max(theirs, _float(inner.total_recomputed))
+    return max(epsilon, theirs), problem
 
 
 def _parallel_export(pretrained: dict) -> tuple[float, float, str | None]:
@@ -222,25 +258,37 @@ def _in_one_event(privacy: dict, check: EpsilonCheck) -> bool:
         and vocabulary.get("covered_by_guarantee") is not False
         and _float(vocabulary.get("epsilon") or 0.0) == 0.0
         and not pretrained.get("composed")
-        and not pretrained.get("parallel")
+        and not disjoint_private(pretrained)
         and not (isinstance(record, dict) and record.get("private") is True)
         and check.total_recomputed == check.recomputed
         and _float(privacy.get("total_delta")) == float(privacy["dp_sgd_delta"])
     )
 
 
-def _whole_total(privacy: dict, check: EpsilonCheck) -> tuple[float, float]:
-    """A run's (ε, δ) as a whole, never below any of its recorded or recomputed parts."""
+def _total_delta(privacy: dict) -> float:
+    """A record's total δ, never below the sum of its parts' (rebuilt where never recorded)."""
     vocabulary, pretrained = privacy.get("vocabulary") or {}, privacy.get("pretrained") or {}
-    record = pretrained.get("record") if isinstance(pretrained.get("record"), dict) else {}
-    epsilon = max(check.total_reported, _float(check.total_recomputed))
-    parts_delta = float(privacy["dp_sgd_delta"]) + float(vocabulary.get("delta") or 0.0)
-    if pretrained.get("composed") or pretrained.get("parallel"):
-        epsilon = max(epsilon, _float(record.get("total_epsilon")))
-        their_delta = max(float(pretrained.get("delta") or 0.0), _float(record.get("total_delta")))
-        parts_delta += their_delta
+    parts = float(privacy.get("dp_sgd_delta") or 0.0) + float(vocabulary.get("delta") or 0.0)
+    record = pretrained.get("record")
+    if pretrained.get("composed") or disjoint_private(pretrained):
+        theirs = _total_delta(record) if isinstance(record, dict) else math.inf
+        parts += max(float(pretrained.get("delta") or 0.0), theirs)
     recorded = privacy.get("total_delta")  # Absent from old records: the parts decide.
-    return epsilon, max(0.0 if recorded is None else _float(recorded), parts_delta)
+    return max(0.0 if recorded is None else _float(recorded), parts)
+
+
+def _whole_total(privacy: dict, check: EpsilonCheck) -> tuple[float, float]:
+    """A run's (ε, δ) as a whole, never below any of its recorded or recomputed parts.
+
+    `check_run` has already refused a composed or disjoint export's claim below
+    its record; a disjoint private export counts for its own data (the larger
+    of the two totals), a composed one is in the run's total.
+    """
+    pretrained = privacy.get("pretrained") or {}
+    epsilon = max(check.total_reported, _float(check.total_recomputed))
+    if disjoint_private(pretrained):
+        epsilon = max(epsilon, _float(pretrained["record"].get("total_epsilon")))
+    return epsilon, _total_delta(privacy)
 
 
 def _unit(privacy: dict) -> tuple | None:
@@ -266,6 +314,10 @@ def released_together(records: Sequence[dict]) -> Together:
     Args:
       records: results.json "privacy" objects, each recomputable (`check_run`).
 
+    Returns:
+      `Together`: ε and δ (∞ with its reason in `note`), the unit, how many
+      runs share the event and how many were added whole.
+
     Raises:
       ValueError: no record, or a record whose ε does not recompute (`check_run`).
     """
@@ -277,14 +329,15 @@ def released_together(records: Sequence[dict]) -> Together:
         if not check.agrees:
             raise ValueError(f"a record whose ε does not recompute: {check.note}")
         checks.append(check)
+    for privacy, check in zip(records, checks, strict=True):
+        if not privacy["private"] or not math.isfinite(_float(check.total_recomputed)):
+            return Together(math.inf, math.inf, "–", 0, 0, "a run without a finite guarantee")
     units = {_unit(p) for p in records}
     if len(units) > 1:
         return Together(math.inf, math.inf, "–", 0, 0, "the runs protect different units")
     unit = "one training example" if units == {None} else "one whole group of a run's corpus"
     events, delta, epsilon_rest, delta_rest = [], 0.0, 0.0, 0.0
     for privacy, check in zip(records, checks, strict=True):
-        if not privacy["private"] or not math.isfinite(_float(check.total_recomputed)):
-            return Together(math.inf, math.inf, unit, 0, 0, "a run without a finite guarantee")
         if _in_one_event(privacy, check):
             events.append(_event(privacy))
             delta = max(delta, float(privacy["dp_sgd_delta"]))
@@ -293,12 +346,20 @@ def released_together(records: Sequence[dict]) -> Together:
         if not (math.isfinite(epsilon) and math.isfinite(run_delta)):
             return Together(math.inf, math.inf, unit, 0, 0, "a run without a finite (ε, δ)")
         epsilon_rest, delta_rest = epsilon_rest + epsilon, delta_rest + run_delta
-    note = ""
+    notes = []
     if len({p.get("adjacency") for p in records}) > 1:
-        note = (
+        notes.append(
             "the runs' neighbouring datasets differ (an example added or removed, or replaced "
-            "by a null example at a fixed N): the bound is for an example present or absent"
+            "by a null example at a fixed N): the bound holds for one example changed in each "
+            "run's data under that run's own relation, not for either relation alone"
         )
+    kinds = sorted({str(p.get("example") or "one sentence pair") for p in records})
+    if len(kinds) > 1:
+        notes.append(
+            f"the runs' examples differ ({'; '.join(kinds)}): the bound holds for a person "
+            "with at most one example in each run's data (more: group privacy)"
+        )
+    note = "; ".join(notes)
     epsilon = _epsilon(events, delta, None) if events else 0.0
     added = len(records) - len(events)
     return Together(epsilon + epsilon_rest, delta + delta_rest, unit, len(events), added, note)

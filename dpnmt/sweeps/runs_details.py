@@ -58,6 +58,11 @@ def _up(value: float, digits: int) -> str:
     return f"{math.ceil(value / unit * (1 - 1e-12)) * unit:.{digits}g}"
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def released_together(runs: list[runs_table.PublishedRun], starts: list[dict] = ()) -> str:
     """What the table's private rows guarantee published together (`epsilon_check`).
 
@@ -70,7 +75,7 @@ def released_together(runs: list[runs_table.PublishedRun], starts: list[dict] = 
     public = [run.name for run in runs if not run.privacy["private"]]
     lines = ["## The rows released together", ""]
     if not private:
-        lines.append("No private run: nothing in this table has a guarantee.")
+        lines.append("No private run among the trained rows: none of them has a guarantee.")
     elif len(private) == 1:
         lines.append(f"One private run, {private[0].name}: its ε holds for its own model.")
     else:
@@ -81,8 +86,8 @@ def released_together(runs: list[runs_table.PublishedRun], starts: list[dict] = 
             how = "their whole totals added (basic composition)"
         else:
             how = (
-                f"{together.events} runs' DP-SGD composed with dp_accounting, "
-                f"{together.added} runs' whole totals added (basic composition)"
+                f"the DP-SGD of {_count(together.events, 'run')} composed with dp_accounting, "
+                f"the whole totals of {_count(together.added, 'run')} added (basic composition)"
             )
         if math.isfinite(together.epsilon):
             lines.append(
@@ -101,7 +106,7 @@ def released_together(runs: list[runs_table.PublishedRun], starts: list[dict] = 
             f"Not private: {', '.join(public)}. An example a non-private row trained on "
             "has no guarantee wherever that row is published beside the others."
         )
-    spent = [r["run"] for r in starts if r["epsilon_total"] != 0]
+    spent = list(dict.fromkeys(r["run"].split(" [")[0] for r in starts if r["epsilon_total"] != 0))
     if spent:
         lines.append(
             f"Starts with an ε of their own on this corpus: {', '.join(spent)}; not composed "

@@ -55,8 +55,11 @@ def _config(run: PublishedRun) -> dict:
 
 
 def _target(config: dict) -> float | None:
-    """The config's target ε (σ calibrated to it), or None (σ given)."""
-    return config.get("dp", {}).get("target_epsilon")
+    """The config's target ε when σ was calibrated to it, else None (σ given, or no DP)."""
+    dp = config.get("dp", {})
+    if not dp.get("enabled") or dp.get("noise_multiplier") is not None:
+        return None
+    return dp.get("target_epsilon")
 
 
 def row(run: PublishedRun) -> dict:
@@ -83,6 +86,11 @@ def row(run: PublishedRun) -> dict:
         "sigma": as_float(privacy["noise_multiplier"]),
         "epsilon": as_float(privacy["dp_sgd_epsilon"]),
         "target_epsilon": _target(config) if privacy["private"] else None,
+        "setting": (
+            privacy.get("dp_sgd_delta"),
+            privacy.get("sampling"),
+            (privacy.get("privacy_unit") or {}).get("unit", "example"),
+        ),
         "validation_loss": as_float(results["validation"].get("loss")),
         "validation_bleu": as_float(results["validation"].get("bleu")),
         "bleu": as_float(results["test"].get("bleu")),
@@ -91,13 +99,16 @@ def row(run: PublishedRun) -> dict:
 
 
 def _group(r: dict) -> tuple:
-    """(ε, fine-tuned), ε the config's target where it set one, else the achieved ε to 0.01.
+    """(ε, δ/sampling/unit, fine-tuned); ε the target σ was calibrated to, else the achieved ε.
 
-    Runs calibrated to one target at other L or T land a little apart under it.
+    Runs calibrated to one target at other L or T land a little apart under it
+    (achieved ε to 0.01 where σ was given).
     """
+    setting = r.get("setting")  # (δ, sampling, unit): a different guarantee, another group.
     if r.get("target_epsilon") is not None:
-        return (float(r["target_epsilon"]), r["finetune"])
-    return (round(r["epsilon"], 2) if math.isfinite(r["epsilon"]) else "∞", r["finetune"])
+        return (float(r["target_epsilon"]), setting, r["finetune"])
+    epsilon = round(r["epsilon"], 2) if math.isfinite(r["epsilon"]) else "∞"
+    return (epsilon, setting, r["finetune"])
 
 
 def choose(rows: list[dict]) -> list[dict]:
