@@ -170,6 +170,22 @@ def disjoint_private(pretrained: dict) -> bool:
     )
 
 
+def _recomputed_record(
+    record: dict, total: float, problem: str | None, label: str
+) -> tuple[float, str | None]:
+    """`total` raised to an embedded record's recomputed total, and its disagreement if first.
+
+    A record without σ, q or T keeps its total as written.
+    """
+    try:
+        inner = check_run(record)
+    except (KeyError, ValueError, TypeError):
+        return total, problem
+    if not inner.agrees and problem is None:
+        problem = f"{label}: {inner.note}"
+    return max(total, _float(inner.total_recomputed)), problem
+
+
 def _composed_export(pretrained: dict) -> tuple[float, str | None]:
     """The ε a composed export adds, never below its embedded record, and what is wrong, or None.
 
@@ -183,14 +199,7 @@ def _composed_export(pretrained: dict) -> tuple[float, str | None]:
     theirs, problem = _float(record.get("total_epsilon")), None
     if epsilon < theirs:
         problem = f"the composed export's ε {epsilon:.6g} is below its record's total {theirs:.6g}"
-    try:
-        inner = check_run(record)
-    except (KeyError, ValueError, TypeError):  # A record without σ, q, T: its total as written.
-        inner = None
-    if inner is not None:
-        if not inner.agrees and problem is None:
-            problem = f"the composed export's record: {inner.note}"
-        theirs = max(theirs, _float(inner.total_recomputed))
+    theirs, problem = _recomputed_record(record, theirs, problem, "the composed export's record")
     return max(epsilon, theirs), problem
 
 
@@ -214,14 +223,7 @@ def _parallel_export(pretrained: dict) -> tuple[float, float, str | None]:
             f"the export's claim (ε {epsilon:.6g}, δ {delta:.3g}) is below its own record's "
             f"total (ε {their_total:.6g}, δ {their_delta:.3g})"
         )
-    try:
-        inner = check_run(record)
-    except (KeyError, ValueError, TypeError):  # A record without σ, q, T: its total as written.
-        inner = None
-    if inner is not None:
-        if not inner.agrees and problem is None:
-            problem = f"the export's record: {inner.note}"
-        their_total = max(their_total, _float(inner.total_recomputed))
+    their_total, problem = _recomputed_record(record, their_total, problem, "the export's record")
     return max(epsilon, their_total), max(delta, their_delta), problem
 
 
