@@ -314,5 +314,8 @@ def test_the_rows_rates_are_the_committed_standin_grids_winners(pattern, constan
     assert len(runs) >= 3 and not not_finished, pattern
     rows = tuning_table.choose([tuning_table.row(r) for r in runs])
     (winner,) = [r for r in rows if r["chosen"] == tuning_table.CHOSEN]
-    rate = getattr(_module(ROOT / "configs" / "multi30k_from_public.py"), constant)
+    recipe = _module(ROOT / "configs" / "multi30k_from_public.py")
+    rate = getattr(recipe, constant)
     assert float(winner["learning_rate"]) == rate, (winner["run"], rate)
+    lot = {"DP_LEARNING_RATE": recipe.DP_LOT, "LORA_LEARNING_RATE": recipe.LORA_LOT}[constant]
+    assert winner["lot_size"] == lot, (winner["run"], lot)
