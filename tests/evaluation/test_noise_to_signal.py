@@ -139,19 +139,23 @@ def test_a_configs_start_is_measured_before_training_with_its_plans_sigma(tiny_p
         result = results[variant]
         assert set(result) >= {"initial", "noise_norm", "num_trainable"}
         assert "trained" not in result and result["steps_done"] == 0
-        assert result["steps_planned"] == plan.num_steps == 566  # 20 epochs of L 1,024.
+        lot = run.train.expected_lot_size  # 1,024; LoRA's stand-in winner 4,096.
+        assert lot == (4096 if "lora" in variant else 1024)
+        assert result["steps_planned"] == plan.num_steps == round(20 * 29000 / lot)  # 20 epochs.
         assert result["dataset_size"] == 29000  # Multi30K's train pairs, counted as training does.
         assert result["noise_multiplier"] == plan.noise_multiplier
         assert result["noise_norm"] == pytest.approx(
-            plan.noise_multiplier * plan.l2_clip * math.sqrt(result["num_trainable"]) / 1024
+            plan.noise_multiplier * plan.l2_clip * math.sqrt(result["num_trainable"]) / lot
         )
         assert result["initial"]["num_examples"] == 6 and not result["validation_is_private"]
         assert "| initial |" in noise_to_signal.format_table(result)
-    # LoRA trains fewer parameters (even at this width): less noise on each update, by √d.
+    # LoRA trains fewer parameters (even at this width): less noise on each update, by √d,
+    # and by σ/L for its larger lots.
     lora, full = results["eps8,lora"], results["eps8"]
-    assert lora["num_trainable"] < full["num_trainable"]
+    assert lora["num_trainable"] < full["num_trainable"] and lora["noise_norm"] < full["noise_norm"]
+    per_lot = (lora["noise_multiplier"] / 4096) / (full["noise_multiplier"] / 1024)
     assert lora["noise_norm"] / full["noise_norm"] == pytest.approx(
-        math.sqrt(lora["num_trainable"] / full["num_trainable"])
+        per_lot * math.sqrt(lora["num_trainable"] / full["num_trainable"])
     )
 
 
