@@ -282,15 +282,11 @@ def _total_delta(privacy: dict) -> float:
 def _whole_total(privacy: dict, check: EpsilonCheck) -> tuple[float, float]:
     """A run's (ε, δ) as a whole, never below any of its recorded or recomputed parts.
 
-    `check_run` has already refused a composed or disjoint export's claim below
-    its record; a disjoint private export counts for its own data (the larger
-    of the two totals), a composed one is in the run's total.
+    `check_run`'s recomputed total already holds a composed export's ε, or a
+    disjoint private export's (the larger of the two totals), never below its
+    record's.
     """
-    pretrained = privacy.get("pretrained") or {}
-    epsilon = max(check.total_reported, _float(check.total_recomputed))
-    if disjoint_private(pretrained):
-        epsilon = max(epsilon, _float(pretrained["record"].get("total_epsilon")))
-    return epsilon, _total_delta(privacy)
+    return max(check.total_reported, _float(check.total_recomputed)), _total_delta(privacy)
 
 
 def _unit(privacy: dict) -> tuple | None:

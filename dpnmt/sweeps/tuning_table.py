@@ -104,11 +104,12 @@ def _group(r: dict) -> tuple:
     Runs calibrated to one target at other L or T land a little apart under it
     (achieved ε to 0.01 where σ was given).
     """
-    setting = r.get("setting")  # (δ, sampling, unit): a different guarantee, another group.
     if r.get("target_epsilon") is not None:
-        return (float(r["target_epsilon"]), setting, r["finetune"])
-    epsilon = round(r["epsilon"], 2) if math.isfinite(r["epsilon"]) else "∞"
-    return (epsilon, setting, r["finetune"])
+        epsilon = float(r["target_epsilon"])
+    else:
+        epsilon = round(r["epsilon"], 2) if math.isfinite(r["epsilon"]) else "∞"
+    # (δ, sampling, unit): a different guarantee, another group.
+    return (epsilon, r.get("setting"), r["finetune"])
 
 
 def choose(rows: list[dict]) -> list[dict]:
