@@ -16,6 +16,7 @@ Three bounds, named for the sampling they describe:
 
 import contextlib
 import enum
+import functools
 import logging
 import math
 import warnings
@@ -161,7 +162,7 @@ def calibrate_noise_multiplier(
       delta: δ in (0, 1).
       accountant: "pld" (default) or "rdp".
       dataset_size: N; if given, warns when δ >= 1/N.
-      relative_tolerance: the returned σ is at most (1 + tol) times the optimum.
+      relative_tolerance: in [1e-12, 1]; the returned σ is at most (1 + tol) times the optimum.
 
     Returns:
       σ whose ε (by the same accountant) is <= target_epsilon.
@@ -178,10 +179,12 @@ def calibrate_noise_multiplier(
     sampling_rate = validation.check_sampling_rate(sampling_rate)
     num_steps = validation.check_num_steps("num_steps", num_steps)
     delta = validation.check_delta(delta)
+    relative_tolerance = _check_tolerance(relative_tolerance)
     validation.warn_if_delta_too_large(delta, dataset_size)
 
     kind = _parse_accountant(accountant)
 
+    @functools.cache  # The search revisits its bracket's ends.
     def epsilon_at(sigma: float, accountant: str = kind) -> float:
         return event_epsilon(dp_sgd_event(sigma, sampling_rate, num_steps), delta, accountant)
 
@@ -194,18 +197,25 @@ def calibrate_noise_multiplier(
             "fewer steps, or use a smaller sampling rate."
         )
     lo = _MIN_NOISE_MULTIPLIER
-    if epsilon_at(lo) <= target_epsilon:
-        return _at_floor(target_epsilon, epsilon_at(lo))
     if kind is Accountant.PLD:
-        # Bisecting PLD over [1e-2, 1e4] is slow. RDP never reports less ε than
+        # Searching PLD over [1e-2, 1e4] is slow. RDP never reports less ε than
         # PLD, so the RDP-calibrated σ is an upper end; bracket below it.
-        hi = _bisect(lambda s: epsilon_at(s, Accountant.RDP), target_epsilon, lo, hi, 1e-2)
+        def rdp_at(sigma: float) -> float:
+            return epsilon_at(sigma, Accountant.RDP)
+
+        if rdp_at(lo) <= target_epsilon and epsilon_at(lo) <= target_epsilon:
+            return _at_floor(target_epsilon, epsilon_at(lo))
+        hi = _search(rdp_at, target_epsilon, lo, hi, 1e-2)
         lo = hi
-        while lo > _MIN_NOISE_MULTIPLIER and epsilon_at(lo) <= target_epsilon:
+        while epsilon_at(lo) <= target_epsilon:
+            if lo <= _MIN_NOISE_MULTIPLIER:
+                return _at_floor(target_epsilon, epsilon_at(lo))
             lo = max(lo / 1.5, _MIN_NOISE_MULTIPLIER)
         while epsilon_at(hi) > target_epsilon:  # Defensive: restore ε(hi) <= target.
             hi *= 1.5
-    return _bisect(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
+    elif epsilon_at(lo) <= target_epsilon:
+        return _at_floor(target_epsilon, epsilon_at(lo))
+    return _search(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
 
 
 def _at_floor(target_epsilon: float, epsilon: float) -> float:
@@ -221,15 +231,81 @@ def _at_floor(target_epsilon: float, epsilon: float) -> float:
     return _MIN_NOISE_MULTIPLIER
 
 
-def _bisect(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float) -> float:
-    """Bisection in log σ; needs ε(lo) > target >= ε(hi). Returns σ with ε(σ) <= target."""
-    while hi / lo > 1.0 + tol:
-        mid = math.sqrt(lo * hi)
-        if epsilon_at(mid) <= target_epsilon:
-            hi = mid
+def _check_tolerance(relative_tolerance) -> float:
+    """`relative_tolerance` as a float in [1e-12, 1]: finer than float64 can tell never ends."""
+    tol = validation.check_positive("relative_tolerance", relative_tolerance)
+    if not 1e-12 <= tol <= 1.0:
+        raise ValueError(f"relative_tolerance must be in [1e-12, 1], got {tol!r}.")
+    return tol
+
+
+def _search(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float) -> float:
+    """Smallest σ within a factor 1 + tol whose ε(σ) <= target; needs ε(lo) > target >= ε(hi).
+
+    A bracketed secant in (log σ, log ε), where ε(σ) is nearly a straight
+    line: each step aims at the secant's root between the last two points (a
+    bisection where that root leaves the bracket or a value is not finite;
+    bisections only, once a secant step fails to halve the one before); once
+    the root is pinned, one point just above it and one just below close the
+    bracket. Every σ it returns
+    had its ε computed <= target (the bracket's invariant), as bisection's did,
+    in about half of bisection's evaluations (each a PLD of T steps: seconds).
+    """
+    tol = float(tol)
+    e_lo, e_hi = epsilon_at(lo), epsilon_at(hi)
+    last = [(lo, e_lo), (hi, e_hi)]  # The two latest points, for the secant.
+    secant = True
+
+    def record(sigma: float) -> float:
+        nonlocal lo, hi, e_lo, e_hi
+        epsilon = epsilon_at(sigma)
+        if epsilon <= target_epsilon:
+            hi, e_hi = sigma, epsilon
         else:
-            lo = mid
+            lo, e_lo = sigma, epsilon
+        last[:] = [last[-1], (sigma, epsilon)]
+        return epsilon
+
+    previous_move = math.inf
+    while hi / lo > 1.0 + tol:
+        guess = _secant_root(last, target_epsilon, lo, hi) if secant else None
+        if guess is None or not lo < guess < hi:
+            record(math.sqrt(lo * hi))
+            continue
+        move = abs(math.log(guess / last[-1][0]))
+        if move > previous_move / 2:
+            secant = False  # Not converging faster than bisection: bisect from here on.
+            continue
+        previous_move = move
+        if move < math.log1p(tol) / 4:
+            # Pinned: bracket the root within (1 + tol) by a point each side.
+            half = math.log1p(tol) * 0.45
+            above = min(guess * math.exp(half), hi)
+            if above < hi:
+                record(above)
+            below = max(guess * math.exp(-half), lo)
+            if below > lo and hi / lo > 1.0 + tol:
+                record(below)
+        else:
+            record(guess)
     return hi
+
+
+def _secant_root(last, target_epsilon: float, lo: float, hi: float) -> float | None:
+    """Where the line through the two points' (log σ, log ε) meets log target, inside (lo, hi).
+
+    None where that is undefined (a value 0 or not finite, equal values) or
+    outside the bracket (the search then bisects).
+    """
+    (s0, e0), (s1, e1) = last
+    if not (0 < e0 < math.inf and 0 < e1 < math.inf) or e0 == e1:
+        return None
+    f0, f1 = math.log(e0 / target_epsilon), math.log(e1 / target_epsilon)
+    x0, x1 = math.log(s0), math.log(s1)
+    root = x1 - f1 * (x1 - x0) / (f1 - f0)
+    if not math.log(lo) < root < math.log(hi):
+        return None
+    return math.exp(root)
 
 
 def compute_epsilon_sequential(
@@ -314,7 +390,7 @@ def calibrate_noise_multiplier_shuffled(
       delta: δ in (0, 1).
       accountant: "pld" (default) or "rdp".
       dataset_size: N; if given, warns when δ >= 1/N.
-      relative_tolerance: the returned σ is at most (1 + tol) times the optimum.
+      relative_tolerance: in [1e-12, 1]; the returned σ is at most (1 + tol) times the optimum.
 
     Returns:
       σ whose shuffled-lot ε (same accountant) is <= target_epsilon.
@@ -325,9 +401,11 @@ def calibrate_noise_multiplier_shuffled(
     target_epsilon = validation.check_positive("target_epsilon", target_epsilon)
     num_epochs = validation.check_num_steps("num_epochs", num_epochs)
     delta = validation.check_delta(delta)
+    relative_tolerance = _check_tolerance(relative_tolerance)
     validation.warn_if_delta_too_large(delta, dataset_size)
     _parse_accountant(accountant)
 
+    @functools.cache
     def epsilon_at(sigma: float) -> float:
         return compute_epsilon_shuffled(sigma, num_epochs, delta, accountant)
 
@@ -350,7 +428,7 @@ def calibrate_noise_multiplier_shuffled(
         if lo <= _MIN_NOISE_MULTIPLIER:
             return _at_floor(target_epsilon, epsilon_at(lo))
         return lo
-    return _bisect(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
+    return _search(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
 
 
 def epsilon_if_poisson_not_a_guarantee(

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from dpnmt.core import ghost, ghost_trace, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
-from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum
+from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum, checked_scalar_loss
 
 
 def _check_groups(batch: Any, row_mask: chex.Array) -> tuple[int, int]:
@@ -139,7 +139,8 @@ def group_clipped_sum(
 
     Raises:
       ValueError: bad `clipping`, `l2_clip`, shapes (batch leaves not
-        `[G, k, ...]`, row_mask not `[G, k]`) or mask entries other than 0/1.
+        `[G, k, ...]`, row_mask not `[G, k]`), mask entries other than 0/1, or
+        a `loss_fn` that does not return a scalar for one row.
       ImportError: `clipping="ghost"` without flax (`pip install "dpnmt[ghost]"`).
     """
     if clipping not in CLIPPING_METHODS:
@@ -154,7 +155,9 @@ def group_clipped_sum(
     if dropout_key is not None:
         flat = jax.random.split(dropout_key, groups * k)
         keys = flat.reshape((groups, k) + flat.shape[1:])
-    group_loss = _group_loss(loss_fn, dropout_key is not None, unrolled=clipping == "ghost")
+    group_loss = _group_loss(
+        checked_scalar_loss(loss_fn), dropout_key is not None, unrolled=clipping == "ghost"
+    )
     group_batch = (batch, row_mask, keys)
 
     def one_group(params, group):

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from dpnmt.core import clipping, ghost, ghost_trace, validation
 from dpnmt.core.ghost_nnx import ghost_clipped_sum_nnx, split_model
-from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum
+from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum, checked_scalar_loss
 
 try:  # flax is the optional `ghost` extra.
     from flax import nnx
@@ -109,7 +109,7 @@ def private_grad_sum_nnx(
     validation.check_mask(mask, batch_size)
     mask = jnp.asarray(mask)
     graphdef, state, rest = split_model(model, wrt)
-    _check_scalar_loss(loss_fn, graphdef, state, rest, batch, dropout_key)
+    loss_fn = checked_scalar_loss(loss_fn)
     keys = None if dropout_key is None else jax.random.split(dropout_key, batch_size)
     args = (loss_fn, (graphdef, state, *rest), batch, mask, l2_clip, keys, spmd_axis_name)
     if clipping == "vmap":
@@ -135,21 +135,3 @@ def private_grad_sum_nnx(
     total = jnp.sum(jnp.where(counted, losses.astype(jnp.float32), 0.0))
     mean_loss = total / jnp.maximum(jnp.sum(counted.astype(jnp.float32)), 1.0)
     return PrivateGradSum(grad_sum, norms, mean_loss)
-
-
-def _check_scalar_loss(loss_fn, graphdef, state, rest, batch, key) -> None:
-    """Raises ValueError unless `loss_fn` returns a scalar for one example."""
-    example = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), batch)
-    example_key = None if key is None else jax.ShapeDtypeStruct(key.shape, key.dtype)
-
-    def one(state, example, key):
-        return clipping.call_loss(loss_fn, nnx.merge(graphdef, state, *rest), example, key)
-
-    out = jax.eval_shape(one, state, example, example_key)
-    shapes = [leaf.shape for leaf in jax.tree.leaves(out)]
-    if shapes != [()]:
-        raise ValueError(
-            f"loss_fn must return a scalar loss for ONE example (batch sliced without its "
-            f"leading axis), but returned shape(s) {shapes}: compute each example's own "
-            "loss (e.g. its mean token loss); the clipping code vmaps it over the batch."
-        )

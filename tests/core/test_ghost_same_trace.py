@@ -126,11 +126,11 @@ def test_a_kernel_read_directly_only_after_the_analysis_is_refused_and_falls_bac
     with pytest.raises(ghost.PlanMismatchError, match=r"\['hidden'\]\['kernel'\].*same way"):
         ghost_clipped_sum(_with_term(loss, kernel, 2), params, x, mask, L2_CLIP, None)
 
-    # private_grad_sum traces once more first (its scalar-loss check): the read starts at 3.
+    # private_grad_sum checks the loss's shape on those same traces (no trace of its own).
     with pytest.warns(
         ghost.GhostClippingWarning, match="differ from the analysed plan: PlanMismatchError"
     ):
-        got = private_grad_sum(_with_term(loss, kernel, 3), params, x, mask, l2_clip=L2_CLIP)
+        got = private_grad_sum(_with_term(loss, kernel, 2), params, x, mask, l2_clip=L2_CLIP)
     chex.assert_trees_all_close(got.grad_sum, want.grad_sum, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got.norms, want.norms, rtol=1e-6)
     np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
@@ -148,7 +148,7 @@ def test_a_kernel_read_only_inside_a_sub_computation_after_the_analysis_is_refus
 @pytest.mark.parametrize("api", [_LINEN, _NNX], ids=["linen", "nnx"])
 def test_ghost_clipped_sum_traces_loss_fn_exactly_twice(api):
     """The analysis and the checked pass: what runs under vmap is the checked trace, no third."""
-    setup, loss, _, _, ghost_clipped_sum = api
+    setup, loss, _, private_grad_sum, ghost_clipped_sum = api
     params, x, mask = setup()
     traces = []
 
@@ -157,6 +157,10 @@ def test_ghost_clipped_sum_traces_loss_fn_exactly_twice(api):
         return loss(params, x)
 
     ghost_clipped_sum(loss_fn, params, x, mask, L2_CLIP, None)
+    assert len(traces) == 2
+    # The public entry adds no trace of its own (its scalar-loss check rides on these).
+    traces.clear()
+    private_grad_sum(loss_fn, params, x, mask, l2_clip=L2_CLIP)
     assert len(traces) == 2
 
 
@@ -218,7 +222,7 @@ def test_a_call_whose_output_shape_changed_after_the_analysis_is_refused_and_fal
     with pytest.warns(
         ghost.GhostClippingWarning, match=r"analysed plan: PlanMismatchError: .*'hidden' gives"
     ):
-        got = private_grad_sum(_all_rows_from(loss, 3), params, x, mask, l2_clip=L2_CLIP)
+        got = private_grad_sum(_all_rows_from(loss, 2), params, x, mask, l2_clip=L2_CLIP)
     chex.assert_trees_all_close(got.grad_sum, want.grad_sum, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got.norms, want.norms, rtol=1e-6)
     np.testing.assert_allclose(got.mean_loss, want.mean_loss, rtol=1e-6)
@@ -240,7 +244,7 @@ def test_a_refused_pass_warns_only_of_the_whole_batch_fallback(api, monkeypatch)
     monkeypatch.setattr(importlib.import_module(ghost_clipped_sum.__module__), "_warned", set())
     params, x, mask = setup()
     # ['out']['kernel'] is read directly in every trace (a partial fallback, warned);
-    # the hidden kernel too from the checked pass on (trace 3), which is refused.
+    # the hidden kernel too from the checked pass on (trace 2), which is refused.
     partial = _with_term(loss, functools.partial(kernel, name="out"))
 
     def warned(loss_fn):
@@ -249,7 +253,7 @@ def test_a_refused_pass_warns_only_of_the_whole_batch_fallback(api, monkeypatch)
             private_grad_sum(loss_fn, params, x, mask, l2_clip=L2_CLIP)
         return [str(w.message) for w in caught if w.category is ghost.GhostClippingWarning]
 
-    (message,) = warned(_with_term(partial, kernel, 3))
+    (message,) = warned(_with_term(partial, kernel, 2))
     assert "for all parameters" in message and "two or more axes" not in message
     (message,) = warned(partial)  # not spent by the refused pass
     assert "two or more axes" in message and "['out']['kernel']" in message

@@ -181,6 +181,20 @@ def test_bad_shapes_name_the_fix(row_mask, match):
         )
 
 
+@pytest.mark.parametrize("clipping", ["vmap", "ghost"])
+def test_a_row_loss_that_is_not_a_scalar_is_refused(clipping):
+    """A [1]-shaped row loss would broadcast against the row mask and count masked rows."""
+    params, batch, loss_fn = _setup()
+
+    def shaped(params, row):
+        return jnp.reshape(loss_fn(params, row), (1,))
+
+    with pytest.raises(ValueError, match="scalar loss for ONE example"):
+        group_clipping.group_clipped_sum(
+            shaped, params, batch, np.ones((GROUPS, CAP)), l2_clip=1.0, clipping=clipping
+        )
+
+
 def test_the_lot_s_loss_sum_counts_only_the_kept_groups_rows():
     """A group dropped as non-finite adds no loss, and its rows do not scale the kept mean."""
     from dpnmt.core import dp_step
