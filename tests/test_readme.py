@@ -135,8 +135,9 @@ def test_memorization_table_is_the_committed_runs_results():
 
 
 def test_gpu_table_is_the_committed_rows():
-    """Each GPU row's step time and tokens/s in the README are a row of
-    docs/results/gpu_h100/step_table.json, and its MFU is 6ND / step / peak."""
+    """Each GPU row's step time and tokens/s (docs/performance.md, and the README's
+    speed table) are a row of docs/results/gpu_h100/step_table.json, and its MFU is
+    6ND / step / peak."""
     results = json.loads((README.parent / "docs/results/gpu_h100/step_table.json").read_text())
     measured = {}
     for section in results["sections"]:
@@ -149,7 +150,8 @@ def test_gpu_table_is_the_committed_rows():
             peak = section["peaks_gflops"][row["dtype"]]
             mfu = 100 * flops / (row["step_ms"] / 1e3) / peak
             measured[round(row["tokens_per_s"])] = (row["step_ms"], mfu)
-    section = README.read_text().split("## Speed on a GPU")[1].split("\n## ")[0]
+    performance = (README.parent / "docs/performance.md").read_text()
+    section = performance.split("**Measured on one NVIDIA H100")[1].split("What the lease")[0]
     rows = [line.split(" | ") for line in section.splitlines() if " ms | " in line]
     assert len(rows) == 5
     for cells in rows:
@@ -157,3 +159,8 @@ def test_gpu_table_is_the_committed_rows():
         digits = len(cells[2].removesuffix(" ms").split(".")[1])
         assert float(cells[2].removesuffix(" ms")) == round(step_ms, digits), cells
         assert float(cells[5].split("%")[0]) == round(mfu, 1), cells
+    speed = README.read_text().split("## Speed")[1].split("\n## ")[0]
+    gpu_row = next(line for line in speed.splitlines() if "(`benchmarks/gpu.sh`) |" in line)
+    quoted = re.findall(r"(\d{1,3}(?:,\d{3})+) tokens/s|(\d{1,3}(?:,\d{3})+) ghost", gpu_row)
+    figures = [int((a or b).replace(",", "")) for a, b in quoted]
+    assert figures and all(figure in measured for figure in figures), gpu_row
