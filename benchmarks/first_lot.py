@@ -16,13 +16,14 @@ a user waits for before training starts.
 """
 
 import os
-import re
 import statistics
 import subprocess
 import sys
 import time
 
 from absl import app, flags
+
+from benchmarks.start_up_log import MILESTONES
 
 _TREES = flags.DEFINE_list("trees", ["."], "Checkouts to time (their dpnmt), side by side.")
 _VARIANTS = flags.DEFINE_list("variants", ["nonprivate", "eps8"], "Config variants.")
@@ -31,15 +32,6 @@ _MAX_TRAIN = flags.DEFINE_integer("max_train_examples", 3000, "Training pairs ke
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Runs per (tree, variant), in turns.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/first_lot", "Scratch folder for the runs.")
 _TIMEOUT = flags.DEFINE_integer("timeout_s", 900, "Per-run limit (s).")
-
-# Log lines that mark the start-up's milestones, in order (the first match counts).
-MILESTONES = (
-    ("privacy plan", re.compile(r"Privacy plan:")),
-    ("model ready", re.compile(r"Model ready in")),
-    ("initial validation loss", re.compile(r"eval before training")),
-    ("bucket phase starts", re.compile(r"Compiling the training step for \d+ length bucket")),
-    ("first lot starts", re.compile(r"Compiled the training step for every length bucket")),
-)
 
 
 def time_one(tree: str, variant: str, workdir: str) -> dict[str, float]:

@@ -1,8 +1,8 @@
-"""benchmarks.first_lot reads the trainer's own start-up log lines."""
+"""benchmarks.first_lot reads the trainer's own start-up log lines (benchmarks.start_up_log)."""
 
 import pathlib
 
-from benchmarks import first_lot
+from benchmarks import start_up_log
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -20,11 +20,11 @@ def test_every_milestone_matches_a_line_the_trainer_logs():
         for chunk in source.split("logging.info(")[1:]
         if '"' in chunk
     ]
-    for name, pattern in first_lot.MILESTONES:
+    for name, pattern in start_up_log.MILESTONES:
         assert any(pattern.search(line) for line in logged), name
 
 
 def test_milestones_come_in_start_up_order_and_end_at_the_first_lot():
-    names = [name for name, _ in first_lot.MILESTONES]
+    names = [name for name, _ in start_up_log.MILESTONES]
     assert names[0] == "privacy plan" and names[-1] == "first lot starts"
     assert len(set(names)) == len(names)
