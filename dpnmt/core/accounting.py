@@ -247,24 +247,21 @@ def _search(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float)
     bisection where that root leaves the bracket or a value is not finite;
     bisections only, once a secant step fails to halve the one before); once
     the root is pinned, one point just above it and one just below close the
-    bracket. Every σ it returns
-    had its ε computed <= target (the bracket's invariant), as bisection's did,
-    in about half of bisection's evaluations (each a PLD of T steps: seconds).
+    bracket. Every σ it returns had its ε computed <= target (the bracket's
+    invariant), as bisection's did, in about a third of bisection's
+    evaluations (each a PLD of T steps: seconds).
     """
-    tol = float(tol)
-    e_lo, e_hi = epsilon_at(lo), epsilon_at(hi)
-    last = [(lo, e_lo), (hi, e_hi)]  # The two latest points, for the secant.
+    last = [(lo, epsilon_at(lo)), (hi, epsilon_at(hi))]  # The two latest points.
     secant = True
 
-    def record(sigma: float) -> float:
-        nonlocal lo, hi, e_lo, e_hi
+    def record(sigma: float) -> None:
+        nonlocal lo, hi
         epsilon = epsilon_at(sigma)
         if epsilon <= target_epsilon:
-            hi, e_hi = sigma, epsilon
+            hi = sigma
         else:
-            lo, e_lo = sigma, epsilon
+            lo = sigma
         last[:] = [last[-1], (sigma, epsilon)]
-        return epsilon
 
     previous_move = math.inf
     while hi / lo > 1.0 + tol:
