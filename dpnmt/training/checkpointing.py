@@ -179,15 +179,9 @@ def restore_state(
         )
     step, arrays, meta = restore_latest(manager, arrays_of(like))
     check_binding(meta, noise_seed, run_id, run_dir.path)
-    saved = meta["plan"]
-    compared = plan
-    if "largest_group" not in saved:  # Saved before groups were read: not a change.
-        compared = dataclasses.replace(plan, largest_group=None)
-    if privacy.PrivacyPlan(**saved) != compared:
-        raise ValueError(
-            f"The resumed run's privacy plan {plan} differs from the checkpoint's "
-            f"{meta['plan']} (changed data or library versions?); start a new workdir."
-        )
+    changed = _plan_changes(meta["plan"], plan)
+    if changed:
+        raise ValueError(_plan_change_message(changed, run_dir.path))
     return LoopState(
         step=step,
         trainable=arrays["trainable"],
@@ -196,6 +190,79 @@ def restore_state(
         history=tuple(Validation.from_json(v) for v in meta["history"]),
         stopped_early=bool(meta.get("stopped_early", False)),
         average=arrays.get(AVERAGE),
+    )
+
+
+def saved_plan(manager: ocp.CheckpointManager) -> dict | None:
+    """The privacy plan (`PrivacyPlan` fields) in the latest checkpoint's meta; None if none."""
+    step = manager.latest_step()
+    if step is None:
+        return None
+    restored = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return restored["meta"]["plan"]
+
+
+def resumed_plan(
+    plan: privacy.PrivacyPlan, saved: dict, target_epsilon: float | None, workdir: str
+) -> privacy.PrivacyPlan:
+    """The plan a resumed run continues with: the checkpoint's, σ included.
+
+    A run resumed on newer code can calibrate a slightly different σ for the
+    same target (the search changed, `core.accounting`); its lots would mix
+    two σ while results.json reports one. The checkpoint's σ is kept instead,
+    after checking that it still meets the target at the planned T with this
+    code's accountant. Any other difference (N, L, T, C, δ, ...) is refused.
+
+    Args:
+      plan: this session's plan (`privacy.plan_privacy`).
+      saved: `saved_plan(manager)`, the plan the run started with.
+      target_epsilon: `dp.target_epsilon` when σ is calibrated, else None.
+      workdir: named in the refusal.
+
+    Raises:
+      ValueError: a field other than a calibrated σ differs, or the saved σ no
+        longer meets the target.
+    """
+    changed = _plan_changes(saved, plan)
+    if changed != ["noise_multiplier"] or target_epsilon is None or not plan.private:
+        if changed:
+            raise ValueError(_plan_change_message(changed, workdir))
+        return plan
+    kept = dataclasses.replace(plan, noise_multiplier=float(saved["noise_multiplier"]))
+    # As calibrated: a fixed (test-only) seed makes every ε ∞, not σ wrong.
+    epsilon = dataclasses.replace(kept, seed_is_secret=True).epsilon_after(kept.num_steps)
+    if not epsilon <= target_epsilon:
+        raise ValueError(
+            f"--workdir={workdir}: the run started with σ={kept.noise_multiplier!r}, whose ε at "
+            f"T={kept.num_steps} is {epsilon:.6g} with this code's accountant, above "
+            f"dp.target_epsilon={target_epsilon}; finish it with the code that started it, or "
+            "start a new workdir."
+        )
+    logging.info(
+        "Resuming with the run's own σ=%r (this code calibrates σ=%r for the same target; "
+        "ε at T of the run's σ: %.6g ≤ %g).",
+        kept.noise_multiplier,
+        plan.noise_multiplier,
+        epsilon,
+        target_epsilon,
+    )
+    return kept
+
+
+def _plan_changes(saved: dict, plan: privacy.PrivacyPlan) -> list[str]:
+    """The fields of `plan` that differ from the saved one, as (field, saved, now) strings."""
+    now = dataclasses.asdict(plan)
+    if "largest_group" not in saved:  # Saved before groups were read: not a change.
+        now["largest_group"] = None
+    missing = dataclasses.asdict(privacy.PrivacyPlan(**saved))  # Older plans: defaults.
+    return [k for k in now if missing[k] != now[k]]
+
+
+def _plan_change_message(changed: list[str], workdir: str) -> str:
+    return (
+        f"--workdir={workdir}: this session's privacy plan differs from the checkpoint's in "
+        f"{', '.join(changed)} (changed training data, or library versions?): resume with the "
+        "data and code that started the run, or start a new workdir."
     )
 
 

@@ -268,6 +268,13 @@ def build_run(
             largest_group=pieces.largest_group(corpus),
             num_groups=None if train_groups is None else len(set(train_groups)),
         )
+        if resuming:  # The run's own σ, before the step is built with it.
+            plan = checkpointing.resumed_plan(
+                plan,
+                checkpointing.saved_plan(manager),
+                run.dp.target_epsilon if run.dp.calibrates_noise else None,
+                workdir,
+            )
     lot_field = lot_size(run.dp, run.train)[1]
     if plan.unit == privacy.GROUP and lot_field == "train.expected_lot_size":
         logging.warning(
