@@ -202,6 +202,11 @@ def saved_plan(manager: ocp.CheckpointManager) -> dict | None:
     return restored["meta"]["plan"]
 
 
+# How far a kept σ may be from this code's: the searches agree within their tolerance
+# (1e-4 to 1e-3 relative); a wider gap means one calibration is wrong, not newer.
+SIGMA_DRIFT = 1e-2
+
+
 def resumed_plan(
     plan: privacy.PrivacyPlan, saved: dict, target_epsilon: float | None, workdir: str
 ) -> privacy.PrivacyPlan:
@@ -211,7 +216,8 @@ def resumed_plan(
     same target (the search changed, `core.accounting`); its lots would mix
     two σ while results.json reports one. The checkpoint's σ is kept instead,
     after checking that it still meets the target at the planned T with this
-    code's accountant. Any other difference (N, L, T, C, δ, ...) is refused.
+    code's accountant and lies within `SIGMA_DRIFT` of this code's σ. Any other
+    difference (N, L, T, C, δ, ...) is refused.
 
     Args:
       plan: this session's plan (`privacy.plan_privacy`).
@@ -220,15 +226,21 @@ def resumed_plan(
       workdir: named in the refusal.
 
     Raises:
-      ValueError: a field other than a calibrated σ differs, or the saved σ no
-        longer meets the target.
+      ValueError: a field other than a calibrated σ differs, the saved σ is
+        more than `SIGMA_DRIFT` away, or it no longer meets the target.
     """
     changed = _plan_changes(saved, plan)
-    if changed != ["noise_multiplier"] or target_epsilon is None or not plan.private:
+    if list(changed) != ["noise_multiplier"] or target_epsilon is None or not plan.private:
         if changed:
             raise ValueError(_plan_change_message(changed, workdir))
         return plan
     kept = dataclasses.replace(plan, noise_multiplier=float(saved["noise_multiplier"]))
+    if not abs(kept.noise_multiplier / plan.noise_multiplier - 1) <= SIGMA_DRIFT:
+        raise ValueError(
+            _plan_change_message(changed, workdir)
+            + f" (The two σ for dp.target_epsilon={target_epsilon} are more than "
+            f"{SIGMA_DRIFT:.0%} apart: more than the calibration's tolerance.)"
+        )
     # As calibrated: a fixed (test-only) seed makes every ε ∞, not σ wrong.
     epsilon = dataclasses.replace(kept, seed_is_secret=True).epsilon_after(kept.num_steps)
     if not epsilon <= target_epsilon:
@@ -249,20 +261,34 @@ def resumed_plan(
     return kept
 
 
-def _plan_changes(saved: dict, plan: privacy.PrivacyPlan) -> list[str]:
-    """The fields of `plan` that differ from the saved one, as (field, saved, now) strings."""
+def _plan_changes(saved: dict, plan: privacy.PrivacyPlan) -> dict[str, tuple]:
+    """{field: (saved, now)} where `plan` differs from the saved plan (a JSON dict).
+
+    Fields an older plan lacks take their defaults (`largest_group` none: saved
+    before groups were read, not a change); a field this code does not know is
+    a change.
+    """
     now = dataclasses.asdict(plan)
-    if "largest_group" not in saved:  # Saved before groups were read: not a change.
+    if "largest_group" not in saved:
         now["largest_group"] = None
-    missing = dataclasses.asdict(privacy.PrivacyPlan(**saved))  # Older plans: defaults.
-    return [k for k in now if missing[k] != now[k]]
+    absent = "(absent)"
+    known = {k: v for k, v in saved.items() if k in now}
+    before = dataclasses.asdict(privacy.PrivacyPlan(**known)) | {
+        k: v for k, v in saved.items() if k not in now
+    }
+    return {
+        k: (before.get(k, absent), now.get(k, absent))
+        for k in list(now) + [k for k in before if k not in now]
+        if before.get(k, absent) != now.get(k, absent)
+    }
 
 
-def _plan_change_message(changed: list[str], workdir: str) -> str:
+def _plan_change_message(changed: dict[str, tuple], workdir: str) -> str:
+    differ = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in changed.items())
     return (
-        f"--workdir={workdir}: this session's privacy plan differs from the checkpoint's in "
-        f"{', '.join(changed)} (changed training data, or library versions?): resume with the "
-        "data and code that started the run, or start a new workdir."
+        f"--workdir={workdir}: this session's privacy plan differs from the checkpoint's "
+        f"({differ}; changed training data, or library versions?): resume with the data and "
+        "code that started the run, or start a new workdir."
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from dpnmt import config_lib, privacy
 from dpnmt.config import RunConfig
-from dpnmt.training import checkpointing, loop
+from dpnmt.training import checkpointing, loop, steps
 from tests.small_configs import smaller_config
 
 TARGET, N = 8.0, 1_000
@@ -30,8 +30,16 @@ def _saved(plan: privacy.PrivacyPlan, **changes) -> dict:
     return dataclasses.asdict(dataclasses.replace(plan, **changes))
 
 
-def test_the_checkpoints_sigma_is_kept_when_it_still_meets_the_target():
-    plan = _plan()
+PLANS = {  # Poisson/PLD (the default), shuffled lots, the RDP accountant.
+    "poisson-pld": {},
+    "shuffle-pld": {"sampling": "shuffle"},
+    "poisson-rdp": {"accountant": "rdp"},
+}
+
+
+@pytest.mark.parametrize("fields", PLANS.values(), ids=PLANS)
+def test_the_checkpoints_sigma_is_kept_when_it_still_meets_the_target(fields):
+    plan = _plan(**fields)
     started = plan.noise_multiplier * (1 + 3e-4)  # Another search's σ for the same target.
     resumed = checkpointing.resumed_plan(plan, _saved(plan, noise_multiplier=started), TARGET, "w")
     assert resumed == dataclasses.replace(plan, noise_multiplier=started)
@@ -39,9 +47,10 @@ def test_the_checkpoints_sigma_is_kept_when_it_still_meets_the_target():
     assert checkpointing.resumed_plan(plan, _saved(plan), TARGET, "w") == plan  # Same σ.
 
 
-def test_a_saved_sigma_that_no_longer_meets_the_target_is_refused():
-    plan = _plan()
-    below = plan.noise_multiplier * (1 - 1e-2)
+@pytest.mark.parametrize("fields", PLANS.values(), ids=PLANS)
+def test_a_saved_sigma_that_no_longer_meets_the_target_is_refused(fields):
+    plan = _plan(**fields)
+    below = plan.noise_multiplier * (1 - 5e-3)
     assert dataclasses.replace(plan, noise_multiplier=below).epsilon_after(plan.num_steps) > TARGET
     with pytest.raises(ValueError, match=r"above dp.target_epsilon=8.0; finish it with the code"):
         checkpointing.resumed_plan(plan, _saved(plan, noise_multiplier=below), TARGET, "w")
@@ -51,28 +60,42 @@ def test_a_fixed_test_seed_still_checks_the_saved_sigma_against_the_target():
     plan = dataclasses.replace(_plan(), seed_is_secret=False)  # Its ε is ∞ whatever σ is.
     started = plan.noise_multiplier * (1 + 3e-4)
     resumed = checkpointing.resumed_plan(plan, _saved(plan, noise_multiplier=started), TARGET, "w")
-    assert resumed.noise_multiplier == started
+    assert resumed.noise_multiplier == started and not resumed.seed_is_secret
+    below = plan.noise_multiplier * (1 - 5e-3)
+    with pytest.raises(ValueError, match="above dp.target_epsilon"):
+        checkpointing.resumed_plan(plan, _saved(plan, noise_multiplier=below), TARGET, "w")
+
+
+def test_a_sigma_further_away_than_any_calibration_tolerance_is_refused():
+    plan = _plan()
+    far = plan.noise_multiplier * 1.5  # Safe (more noise), but one calibration is wrong.
+    with pytest.raises(ValueError, match=r"more than 1% apart"):
+        checkpointing.resumed_plan(plan, _saved(plan, noise_multiplier=far), TARGET, "w")
 
 
 @pytest.mark.parametrize(
-    "changes, fields",
+    "changes, named",
     [
-        ({"dataset_size": N - 1}, "dataset_size"),
-        ({"num_steps": 7, "noise_multiplier": 2.0}, "num_steps, noise_multiplier"),
-        ({"delta": 1e-6}, "delta"),
+        ({"dataset_size": N - 1}, "dataset_size: checkpoint 999, now 1000"),
+        ({"num_steps": 7}, "num_steps: checkpoint 7, now "),
+        ({"delta": 1e-6}, "delta: checkpoint 1e-06, now 1e-08"),
     ],
 )
-def test_any_other_change_is_refused_by_name(changes, fields):
+def test_any_other_change_is_refused_by_name_and_values(changes, named):
     plan = _plan()
     with pytest.raises(
-        ValueError, match=f"--workdir=w: .* differs from the checkpoint's in {fields} "
+        ValueError, match=f"--workdir=w: .* differs from the checkpoint's .*{named}"
     ):
         checkpointing.resumed_plan(plan, _saved(plan, **changes), TARGET, "w")
+    both = _saved(plan, noise_multiplier=plan.noise_multiplier * (1 + 3e-4), **changes)
+    with pytest.raises(ValueError) as refused:  # σ is not kept beside another change.
+        checkpointing.resumed_plan(plan, both, TARGET, "w")
+    assert named in str(refused.value) and "noise_multiplier: checkpoint" in str(refused.value)
 
 
 def test_a_given_sigma_is_never_replaced():
     plan = _plan()  # target None below: σ was given, so a different σ is a different run.
-    with pytest.raises(ValueError, match="in noise_multiplier "):
+    with pytest.raises(ValueError, match="noise_multiplier: checkpoint 1.5, now "):
         checkpointing.resumed_plan(plan, _saved(plan, noise_multiplier=1.5), None, "w")
 
 
@@ -81,6 +104,12 @@ def test_a_plan_saved_before_largest_group_existed_is_not_a_change():
     saved = _saved(plan)
     del saved["largest_group"]
     assert checkpointing.resumed_plan(plan, saved, TARGET, "w") == plan
+
+
+def test_a_field_this_code_does_not_know_is_a_change_not_a_crash():
+    plan = _plan()
+    with pytest.raises(ValueError, match=r"shuffle_rounds: checkpoint 3, now '\(absent\)'"):
+        checkpointing.resumed_plan(plan, _saved(plan) | {"shuffle_rounds": 3}, TARGET, "w")
 
 
 def _config() -> RunConfig:
@@ -107,8 +136,15 @@ def test_a_run_resumed_on_code_that_calibrates_another_sigma_finishes_on_its_own
         "calibrate_noise_multiplier",
         lambda *a, **k: calibrate(*a, **k) * (1 - 3e-4),
     )
+    from_plan, stepped = steps.StepPrivacy.from_plan, []
+    monkeypatch.setattr(  # The σ the DP step draws its noise with, not only the reported one.
+        steps.StepPrivacy,
+        "from_plan",
+        staticmethod(lambda plan: stepped.append(from_plan(plan)) or stepped[-1]),
+    )
     resumed = loop.train_and_evaluate(_config(), str(tmp_path))
     assert resumed["finished"] and resumed["steps_done"] == 7
+    assert [s.noise_multiplier for s in stepped] == [started]
     assert resumed["privacy"]["noise_multiplier"] == started
     saved = checkpointing.saved_plan(checkpointing.make_manager(str(tmp_path)))
     assert saved["noise_multiplier"] == started
