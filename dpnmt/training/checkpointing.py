@@ -193,13 +193,20 @@ def restore_state(
     )
 
 
-def saved_plan(manager: ocp.CheckpointManager) -> dict | None:
-    """The privacy plan (`PrivacyPlan` fields) in the latest checkpoint's meta; None if none."""
+def saved_plan(
+    manager: ocp.CheckpointManager, noise_seed: int, run_id: int, workdir: str
+) -> dict | None:
+    """The privacy plan (`PrivacyPlan` fields) in the latest checkpoint's meta; None if none.
+
+    The checkpoint is first checked to belong to this workdir's private records
+    (`check_binding`): a foreign checkpoint is refused as such, not as a plan change.
+    """
     step = manager.latest_step()
     if step is None:
         return None
-    restored = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-    return restored["meta"]["plan"]
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    check_binding(meta, noise_seed, run_id, workdir)
+    return meta["plan"]
 
 
 # How far a kept σ may be from this code's: the searches agree within their tolerance

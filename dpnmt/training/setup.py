@@ -271,7 +271,7 @@ def build_run(
         if resuming:  # The run's own σ, before the step is built with it.
             plan = checkpointing.resumed_plan(
                 plan,
-                checkpointing.saved_plan(manager),
+                checkpointing.saved_plan(manager, noise_seed, run_id, workdir),
                 run.dp.target_epsilon if run.dp.calibrates_noise else None,
                 workdir,
             )

@@ -14,7 +14,7 @@ import pytest
 
 from dpnmt import config_lib, privacy
 from dpnmt.config import RunConfig
-from dpnmt.training import checkpointing, loop, steps
+from dpnmt.training import checkpointing, loop, run_dir, steps
 from tests.small_configs import smaller_config
 
 TARGET, N = 8.0, 1_000
@@ -121,15 +121,31 @@ def _config() -> RunConfig:
     return RunConfig.of(c)
 
 
+def _saved_plan(workdir) -> dict:
+    records = run_dir.RunDir(str(workdir))
+    return checkpointing.saved_plan(
+        checkpointing.make_manager(str(workdir)),
+        records.noise_seed(_config(), True),
+        records.run_id(),
+        str(workdir),
+    )
+
+
 @pytest.mark.slow
 def test_a_run_resumed_on_code_that_calibrates_another_sigma_finishes_on_its_own(
     tmp_path, monkeypatch
 ):
     partial = loop.train_and_evaluate(_config(), str(tmp_path), stop_after_steps=3)
     assert not partial["finished"]
-    started = checkpointing.saved_plan(checkpointing.make_manager(str(tmp_path)))[
-        "noise_multiplier"
-    ]
+    started = _saved_plan(tmp_path)["noise_multiplier"]
+    records = run_dir.RunDir(str(tmp_path))
+    with pytest.raises(ValueError, match="run id differs"):  # A foreign checkpoint, said so.
+        checkpointing.saved_plan(
+            checkpointing.make_manager(str(tmp_path)),
+            records.noise_seed(_config(), True),
+            records.run_id() + 1,
+            str(tmp_path),
+        )
     calibrate = privacy.core.calibrate_noise_multiplier
     monkeypatch.setattr(  # Newer code: a σ 0.03% smaller for the same target.
         privacy.core,
@@ -146,5 +162,4 @@ def test_a_run_resumed_on_code_that_calibrates_another_sigma_finishes_on_its_own
     assert resumed["finished"] and resumed["steps_done"] == 7
     assert [s.noise_multiplier for s in stepped] == [started]
     assert resumed["privacy"]["noise_multiplier"] == started
-    saved = checkpointing.saved_plan(checkpointing.make_manager(str(tmp_path)))
-    assert saved["noise_multiplier"] == started
+    assert _saved_plan(tmp_path)["noise_multiplier"] == started
