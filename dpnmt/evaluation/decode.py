@@ -231,9 +231,7 @@ def restore_params(run: RunConfig, workdir: str, params, *, iterate: bool = Fals
         )
     trainable, frozen = models.split_params(params, pieces.trainable_predicate(run.model))
     step = manager.latest_step()
-    meta = manager.restore(
-        step, args=checkpointing.ocp.args.Composite(meta=checkpointing.ocp.args.JsonRestore())
-    )["meta"]
+    meta = checkpointing.restore_meta(manager, step)
     plan = privacy.PrivacyPlan(**meta["plan"])
     tx = steps.make_optimizer(run.train, plan.num_steps)
     # The checkpoint says whether the run kept an average (train.ema_decay > 0).

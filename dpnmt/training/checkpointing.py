@@ -204,9 +204,14 @@ def saved_plan(
     step = manager.latest_step()
     if step is None:
         return None
-    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    meta = restore_meta(manager, step)
     check_binding(meta, noise_seed, run_id, workdir)
     return meta["plan"]
+
+
+def restore_meta(manager: ocp.CheckpointManager, step: int) -> dict:
+    """The JSON meta of the checkpoint at `step` alone (no arrays read)."""
+    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
 
 # How far a kept σ may be from this code's: the searches agree within their tolerance
