@@ -283,16 +283,13 @@ def _plan_changes(saved: dict, plan: privacy.PrivacyPlan) -> dict[str, tuple]:
     now = dataclasses.asdict(plan)
     if "largest_group" not in saved:
         now["largest_group"] = None
-    absent = "(absent)"
     known = {k: v for k, v in saved.items() if k in now}
+    # Every field of the plan, in order, then the fields this code does not know.
     before = dataclasses.asdict(privacy.PrivacyPlan(**known)) | {
         k: v for k, v in saved.items() if k not in now
     }
-    return {
-        k: (before.get(k, absent), now.get(k, absent))
-        for k in list(now) + [k for k in before if k not in now]
-        if before.get(k, absent) != now.get(k, absent)
-    }
+    absent = "(absent)"
+    return {k: (v, now.get(k, absent)) for k, v in before.items() if v != now.get(k, absent)}
 
 
 def _plan_change_message(changed: dict[str, tuple], workdir: str) -> str:
