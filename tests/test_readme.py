@@ -34,7 +34,8 @@ def test_readme_result_tables_are_the_committed_runs_results():
 
     text = _text()
     markers = re.findall(r"<!-- results table: (\S+) -->\n((?:\|.*\n)+)", text)
-    assert len(markers) >= 4, "the measured tables lost their markers"
+    # Three sweeps' tables (Multi30K's first grid in docs/results.md; two in fine_tuning.md).
+    assert len({folder for folder, _ in markers}) >= 3, "the measured tables lost their markers"
     for folder, table in markers:
         runs, _ = summary.load_runs(str(README.parent / folder))
         assert runs, folder
