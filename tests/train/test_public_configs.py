@@ -139,6 +139,7 @@ def test_the_fine_tuning_configs_are_found():
         "standin_tatoeba.py",
         "standin_tatoeba_lora.py",
         "bsd_from_public.py",
+        "bsd_from_public_lora.py",
         "public_de_en_captions.py",
         "multi30k_from_captions.py",
         "multi30k_from_captions_lora.py",
@@ -210,15 +211,29 @@ def test_the_captions_rows_are_the_public_rows_but_for_start_and_corpus(variant)
 @pytest.mark.parametrize("epsilon", ["eps1", "eps3", "eps8"])
 def test_the_captions_lora_file_is_the_captions_rows_lora_variant(epsilon):
     """multi30k_from_captions_lora.py: the sweep's LoRA row from the captions stage."""
+    _assert_same_config("multi30k_from_captions_lora.py", "multi30k_from_captions.py", epsilon)
     as_file = _get_config(ROOT / "configs" / "multi30k_from_captions_lora.py", epsilon)
-    as_variant = _get_config(ROOT / "configs" / "multi30k_from_captions.py", f"{epsilon},lora")
+    assert as_file.model.finetune == "lora" and as_file.data.corpus == "files:multi30k_heldout"
+
+
+@pytest.mark.parametrize("epsilon", ["eps5", "eps1"])
+def test_the_bsd_lora_file_is_the_bsd_rows_lora_variant(epsilon):
+    """bsd_from_public_lora.py: the sweep's LoRA row on BSD."""
+    _assert_same_config("bsd_from_public_lora.py", "bsd_from_public.py", epsilon)
+    as_file = _get_config(ROOT / "configs" / "bsd_from_public_lora.py", epsilon)
+    assert as_file.model.finetune == "lora" and as_file.data.corpus == "bsd"
+    assert as_file.train.learning_rate == 5e-3 and as_file.model.lora_rank > 0
+
+
+def _assert_same_config(file_name, base_name, epsilon):
+    as_file = _get_config(ROOT / "configs" / file_name, epsilon)
+    as_variant = _get_config(ROOT / "configs" / base_name, f"{epsilon},lora")
     ours, theirs = (
         config_fields_lib.flatten(json.loads(c.to_json_best_effort()))
         for c in (as_file, as_variant)
     )
     differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
     assert not differ, differ
-    assert as_file.model.finetune == "lora" and as_file.data.corpus == "files:multi30k_heldout"
 
 
 def test_the_standin_trains_on_public_data_of_multi30k_size():
