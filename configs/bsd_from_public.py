@@ -13,7 +13,7 @@ no BSD dialogue, only a few short stock phrases that occur in both by chance.
 Variants: eps5 (the paper's BSD row: 0.06 BLEU from mT5), nonprivate, any
 other privacy variant; poisson (default) or shuffle; lora (rank-8 adapters,
 their own learning rate: with N ≈ 1,900 the noise σC√d/L of full fine-tuning
-is large, and adapters cut d about 20×). The recipe is the DP literature's
+is large, and adapters cut d about 27×). The recipe is the DP literature's
 default, scaled to the small N (not tuned: the stand-in grid tunes Multi30K's):
 L = 256 (q ≈ 0.14), 20 epochs (T ≈ 145), lr 1e-3, C = 1, δ = 1e-8, label
 smoothing 0.1, beam 5; non-private L = 64, lr 1e-3, 20 epochs.

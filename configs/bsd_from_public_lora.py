@@ -3,7 +3,7 @@
 BSD's second row (as Multi30K's): rank-8 adapters on the public ja-en stage,
 their own learning rate (5e-3, the Multi30K stand-in's LoRA rate at L =
 1,024; not tuned on BSD). With N ≈ 1,900 full fine-tuning's noise σC√d/L is
-large; adapters cut d about 20×. The sweep sets only the privacy and
+large; adapters cut d about 27×. The sweep sets only the privacy and
 sampling variants; this file adds `lora`. Everything else is
 bsd_from_public.py's.
 
