@@ -211,21 +211,20 @@ def test_the_captions_rows_are_the_public_rows_but_for_start_and_corpus(variant)
 @pytest.mark.parametrize("epsilon", ["eps1", "eps3", "eps8"])
 def test_the_captions_lora_file_is_the_captions_rows_lora_variant(epsilon):
     """multi30k_from_captions_lora.py: the sweep's LoRA row from the captions stage."""
-    _assert_same_config("multi30k_from_captions_lora.py", "multi30k_from_captions.py", epsilon)
-    as_file = _get_config(ROOT / "configs" / "multi30k_from_captions_lora.py", epsilon)
+    as_file = _same_config("multi30k_from_captions_lora.py", "multi30k_from_captions.py", epsilon)
     assert as_file.model.finetune == "lora" and as_file.data.corpus == "files:multi30k_heldout"
 
 
 @pytest.mark.parametrize("epsilon", ["eps5", "eps1"])
 def test_the_bsd_lora_file_is_the_bsd_rows_lora_variant(epsilon):
     """bsd_from_public_lora.py: the sweep's LoRA row on BSD."""
-    _assert_same_config("bsd_from_public_lora.py", "bsd_from_public.py", epsilon)
-    as_file = _get_config(ROOT / "configs" / "bsd_from_public_lora.py", epsilon)
+    as_file = _same_config("bsd_from_public_lora.py", "bsd_from_public.py", epsilon)
     assert as_file.model.finetune == "lora" and as_file.data.corpus == "bsd"
     assert as_file.train.learning_rate == 5e-3 and as_file.model.lora_rank > 0
 
 
-def _assert_same_config(file_name, base_name, epsilon):
+def _same_config(file_name, base_name, epsilon):
+    """The file's config at `epsilon`, asserted equal to the base config's lora variant."""
     as_file = _get_config(ROOT / "configs" / file_name, epsilon)
     as_variant = _get_config(ROOT / "configs" / base_name, f"{epsilon},lora")
     ours, theirs = (
@@ -234,6 +233,7 @@ def _assert_same_config(file_name, base_name, epsilon):
     )
     differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
     assert not differ, differ
+    return as_file
 
 
 def test_the_standin_trains_on_public_data_of_multi30k_size():

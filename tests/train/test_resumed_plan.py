@@ -121,12 +121,12 @@ def _config() -> RunConfig:
     return RunConfig.of(c)
 
 
-def _saved_plan(workdir) -> dict:
+def _saved_plan(workdir, run_id_offset: int = 0) -> dict:
     records = run_dir.RunDir(str(workdir))
     return checkpointing.saved_plan(
         checkpointing.make_manager(str(workdir)),
         records.noise_seed(_config(), True),
-        records.run_id(),
+        records.run_id() + run_id_offset,
         str(workdir),
     )
 
@@ -138,14 +138,8 @@ def test_a_run_resumed_on_code_that_calibrates_another_sigma_finishes_on_its_own
     partial = loop.train_and_evaluate(_config(), str(tmp_path), stop_after_steps=3)
     assert not partial["finished"]
     started = _saved_plan(tmp_path)["noise_multiplier"]
-    records = run_dir.RunDir(str(tmp_path))
     with pytest.raises(ValueError, match="run id differs"):  # A foreign checkpoint, said so.
-        checkpointing.saved_plan(
-            checkpointing.make_manager(str(tmp_path)),
-            records.noise_seed(_config(), True),
-            records.run_id() + 1,
-            str(tmp_path),
-        )
+        _saved_plan(tmp_path, run_id_offset=1)
     calibrate = privacy.core.calibrate_noise_multiplier
     monkeypatch.setattr(  # Newer code: a σ 0.03% smaller for the same target.
         privacy.core,
