@@ -13,6 +13,7 @@ from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import actions, checkpointing, ema, loop
 from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.state import LoopState
+from tests.markers import needs_data
 from tests.small_configs import files_config, smaller_config
 from tests.train.test_actions import _privacy, _Writer
 
@@ -95,6 +96,7 @@ def test_validation_scores_the_average_when_one_is_kept():
 
 
 @pytest.mark.slow
+@needs_data  # configs/tiny.py's wmt16 sample: DPNMT_DATA_DIR, else the hub (offline here).
 def test_the_average_is_the_runs_model_and_a_resumed_run_equals_the_whole_run(tmp_path):
     whole, split = tmp_path / "whole", tmp_path / "split"
     results = loop.train_and_evaluate(_config(0.9), str(whole))

@@ -15,6 +15,7 @@ import pytest
 from dpnmt import config_lib, privacy
 from dpnmt.config import RunConfig
 from dpnmt.training import checkpointing, loop, run_dir, steps
+from tests.markers import needs_data
 from tests.small_configs import smaller_config
 
 TARGET, N = 8.0, 1_000
@@ -132,6 +133,7 @@ def _saved_plan(workdir, run_id_offset: int = 0) -> dict:
 
 
 @pytest.mark.slow
+@needs_data  # configs/tiny.py's wmt16 sample: DPNMT_DATA_DIR, else the hub (offline here).
 def test_a_run_resumed_on_code_that_calibrates_another_sigma_finishes_on_its_own(
     tmp_path, monkeypatch
 ):
