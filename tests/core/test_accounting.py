@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import dp_accounting
+import numpy as np
 import pytest
 from absl.testing import absltest, parameterized
 from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
@@ -205,3 +206,26 @@ def test_widened_pld_interval_is_sandwiched_by_lower_and_upper_bounds(
 
 if __name__ == "__main__":
     absltest.main()
+
+
+def test_a_repeated_event_is_looked_up_and_an_inexact_one_computed_again(monkeypatch):
+    """The process's memo: the same (event, δ, accountant) computes once; an event
+    holding a field it cannot key exactly (a NumPy scalar) is never remembered."""
+    monkeypatch.setattr(accounting, "_EPSILONS", {})
+    computed = []
+    original = accounting._epsilon_of
+
+    def counted(event, delta, accountant):
+        computed.append(event)
+        return original(event, delta, accountant)
+
+    monkeypatch.setattr(accounting, "_epsilon_of", counted)
+    first = core.compute_epsilon(1.3, 0.05, 20, 1e-6)
+    assert core.compute_epsilon(1.3, 0.05, 20, 1e-6) == first and len(computed) == 1
+    core.compute_epsilon(1.3, 0.05, 21, 1e-6)  # Another T, another ε.
+    core.compute_epsilon(1.3, 0.05, 20, 1e-6, "rdp")  # Another accountant.
+    core.compute_epsilon(1.3, 0.05, 20, 2e-6)  # Another δ.
+    assert len(computed) == 4
+    inexact = accounting.dp_sgd_event(np.float64(1.3), 0.05, 20)
+    assert accounting.event_epsilon(inexact, 1e-6) == first
+    assert accounting.event_epsilon(inexact, 1e-6) == first and len(computed) == 6
