@@ -25,7 +25,7 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpnmt.core import validation
+from dpnmt.core import epsilon_memo, validation
 
 # Search interval for σ in `calibrate_noise_multiplier`.
 _MIN_NOISE_MULTIPLIER = 1e-2
@@ -94,53 +94,14 @@ def event_epsilon(event, delta: float, accountant: str = "pld") -> float:
       delta: the δ of the guarantee.
       accountant: "pld" (default) or "rdp".
 
-    Each ε is remembered for the process: the same event, δ and accountant
-    again (a run's report at the σ its calibration evaluated) are looked up.
+    A repeat of (event, δ, accountant) in the process is looked up (`epsilon_memo`).
     """
-    key = _event_key(event)
-    if key is not None:
-        key = (key, float(delta), str(accountant))
-        if key in _EPSILONS:
-            return _EPSILONS[key]
-    with _quiet_rdp_convergence():
-        epsilon = _epsilon_of(event, delta, accountant)
-    if key is not None:
-        if len(_EPSILONS) >= _MAX_REMEMBERED:
-            _EPSILONS.clear()
-        _EPSILONS[key] = epsilon
+    key = epsilon_memo.key(event, delta, accountant)
+    epsilon = epsilon_memo.recall(key)
+    if epsilon is None:
+        with _quiet_rdp_convergence():
+            epsilon = epsilon_memo.remember(key, _epsilon_of(event, delta, accountant))
     return epsilon
-
-
-# ε of events this process computed already: a pure function of the event, δ
-# and the accountant, so a repeat (a run's report at the σ its calibration just
-# evaluated, a resumed run's plan, the same calibration twice) is looked up
-# instead of recomputed (a PLD of T steps takes seconds).
-_EPSILONS: dict = {}
-_MAX_REMEMBERED = 4096
-_EXACT_SCALARS = (bool, int, float, str, type(None))
-
-
-def _event_key(value):
-    """A hashable key holding every field of a `DpEvent` exactly, or None if it cannot.
-
-    None (no memo) where a field is not an exact scalar, a list or tuple of
-    them, or another event (e.g. a NumPy array, whose repr elides values).
-    """
-    if isinstance(value, dp_accounting.DpEvent):
-        fields = getattr(type(value), "__attrs_attrs__", None)  # dp_accounting's are attrs.
-        if fields is None:
-            return None
-        keys = tuple(_event_key(getattr(value, field.name)) for field in fields)
-        if None in keys:
-            return None
-        names = tuple(field.name for field in fields)
-        return (type(value).__module__, type(value).__qualname__, names, keys)
-    if isinstance(value, (list, tuple)):
-        keys = tuple(_event_key(item) for item in value)
-        return None if None in keys else ("sequence", keys)
-    if type(value) in _EXACT_SCALARS:
-        return (type(value).__name__, value)
-    return None
 
 
 def _epsilon_of(event, delta: float, accountant: str) -> float:

@@ -13,7 +13,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from opacus.accountants.analysis import rdp as opacus_rdp
 
 from dpnmt import core
-from dpnmt.core import accounting
+from dpnmt.core import accounting, epsilon_memo
 
 # (noise_multiplier, sampling_rate, num_steps, delta): a grid spanning the
 # regimes users run, including the paper's WMT-16 Poisson setting.
@@ -211,7 +211,7 @@ if __name__ == "__main__":
 def test_a_repeated_event_is_looked_up_and_an_inexact_one_computed_again(monkeypatch):
     """The process's memo: the same (event, δ, accountant) computes once; an event
     holding a field it cannot key exactly (a NumPy scalar) is never remembered."""
-    monkeypatch.setattr(accounting, "_EPSILONS", {})
+    monkeypatch.setattr(epsilon_memo, "_EPSILONS", {})
     computed = []
     original = accounting._epsilon_of
 

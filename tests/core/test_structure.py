@@ -10,7 +10,7 @@ import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpnmt import core
-from dpnmt.core import accounting
+from dpnmt.core import epsilon_memo
 
 CORE = pathlib.Path(core.__file__).parent
 
@@ -86,7 +86,7 @@ class _Records(logging.Handler):
 def test_rdp_convergence_warnings_are_dropped_only_during_accounting(monkeypatch):
     # dp_accounting warns for every order whose series does not converge here.
     # An empty memo: an ε an earlier test computed would be looked up, not computed.
-    monkeypatch.setattr(accounting, "_EPSILONS", {})
+    monkeypatch.setattr(epsilon_memo, "_EPSILONS", {})
     event = dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.0))
     absl_logger = logging.getLogger("absl")
     records = _Records()
