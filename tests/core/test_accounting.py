@@ -204,10 +204,6 @@ def test_widened_pld_interval_is_sandwiched_by_lower_and_upper_bounds(
     assert ours <= 1.001 * lower_bound
 
 
-if __name__ == "__main__":
-    absltest.main()
-
-
 def test_a_repeated_event_is_looked_up_and_an_inexact_one_computed_again(monkeypatch):
     """The process's memo: the same (event, δ, accountant) computes once; an event
     holding a field it cannot key exactly (a NumPy scalar) is never remembered."""
@@ -229,3 +225,7 @@ def test_a_repeated_event_is_looked_up_and_an_inexact_one_computed_again(monkeyp
     inexact = accounting.dp_sgd_event(np.float64(1.3), 0.05, 20)
     assert accounting.event_epsilon(inexact, 1e-6) == first
     assert accounting.event_epsilon(inexact, 1e-6) == first and len(computed) == 6
+
+
+if __name__ == "__main__":
+    absltest.main()
