@@ -15,9 +15,11 @@ _EXACT_SCALARS = (bool, int, float, str, type(None))
 
 
 def key(event, delta: float, accountant: str):
-    """The memo's key of (event, δ, accountant), or None where the event cannot be keyed."""
-    event_key = _value_key(event)
-    return None if event_key is None else (event_key, float(delta), str(accountant))
+    """The memo's key of (event, δ, accountant), or None where event or δ cannot be keyed."""
+    event_key, delta_key = _value_key(event), _value_key(delta)
+    if event_key is None or delta_key is None:
+        return None
+    return (event_key, delta_key, str(accountant))
 
 
 def recall(memo_key) -> float | None:
@@ -37,17 +39,20 @@ def remember(memo_key, epsilon: float) -> float:
 def _value_key(value):
     """A hashable key holding every field of a `DpEvent` exactly, or None if it cannot."""
     if isinstance(value, dp_accounting.DpEvent):
-        fields = getattr(type(value), "__attrs_attrs__", None)  # dp_accounting's are attrs.
+        fields = vars(type(value)).get("__attrs_attrs__")  # attrs; its own, not a parent's.
         if fields is None:
             return None
         keys = tuple(_value_key(getattr(value, field.name)) for field in fields)
         if None in keys:
             return None
         names = tuple(field.name for field in fields)
-        return (type(value).__module__, type(value).__qualname__, names, keys)
+        return (type(value), names, keys)  # The class itself: two of one name differ.
     if isinstance(value, (list, tuple)):
         keys = tuple(_value_key(item) for item in value)
         return None if None in keys else ("sequence", keys)
+    if type(value) is float:
+        # hex: -0.0 and 0.0 stay apart; a NaN (equal to no float) is never remembered.
+        return None if value != value else ("float", value.hex())
     if type(value) in _EXACT_SCALARS:
         return (type(value).__name__, value)
     return None

@@ -225,6 +225,20 @@ def test_a_repeated_event_is_looked_up_and_an_inexact_one_computed_again(monkeyp
     inexact = accounting.dp_sgd_event(np.float64(1.3), 0.05, 20)
     assert accounting.event_epsilon(inexact, 1e-6) == first
     assert accounting.event_epsilon(inexact, 1e-6) == first and len(computed) == 6
+    # Keys that must not meet: signed zeros, a NaN (never kept), a NumPy δ, a plain
+    # subclass (its own attributes would be left out).
+    event = accounting.dp_sgd_event(1.3, 0.05, 20)
+    assert epsilon_memo.key(accounting.dp_sgd_event(0.0, 0.05, 20), 1e-6, "pld") != (
+        epsilon_memo.key(accounting.dp_sgd_event(-0.0, 0.05, 20), 1e-6, "pld")
+    )
+    assert epsilon_memo.key(accounting.dp_sgd_event(math.nan, 0.05, 20), 1e-6, "pld") is None
+    assert epsilon_memo.key(event, np.float32(1e-6), "pld") is None
+    assert epsilon_memo.key(event, 1e-6, "pld") is not None
+
+    class Subclass(dp_accounting.GaussianDpEvent):
+        pass
+
+    assert epsilon_memo.key(Subclass(1.3), 1e-6, "pld") is None
 
 
 if __name__ == "__main__":
