@@ -25,7 +25,7 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpnmt.core import validation
+from dpnmt.core import epsilon_memo, validation
 
 # Search interval for σ in `calibrate_noise_multiplier`.
 _MIN_NOISE_MULTIPLIER = 1e-2
@@ -93,9 +93,15 @@ def event_epsilon(event, delta: float, accountant: str = "pld") -> float:
       event: a `dp_accounting.DpEvent` (e.g. `dp_sgd_event(...)`, or a composition).
       delta: the δ of the guarantee.
       accountant: "pld" (default) or "rdp".
+
+    A repeat of (event, δ, accountant) in the process is looked up (`epsilon_memo`).
     """
-    with _quiet_rdp_convergence():
-        return _epsilon_of(event, delta, accountant)
+    key = epsilon_memo.key(event, delta, accountant)
+    epsilon = epsilon_memo.recall(key)
+    if epsilon is None:
+        with _quiet_rdp_convergence():
+            epsilon = epsilon_memo.remember(key, _epsilon_of(event, delta, accountant))
+    return epsilon
 
 
 def _epsilon_of(event, delta: float, accountant: str) -> float:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import dp_accounting
+import numpy as np
 import pytest
 from absl.testing import absltest, parameterized
 from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
@@ -12,7 +13,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from opacus.accountants.analysis import rdp as opacus_rdp
 
 from dpnmt import core
-from dpnmt.core import accounting
+from dpnmt.core import accounting, epsilon_memo
 
 # (noise_multiplier, sampling_rate, num_steps, delta): a grid spanning the
 # regimes users run, including the paper's WMT-16 Poisson setting.
@@ -201,6 +202,43 @@ def test_widened_pld_interval_is_sandwiched_by_lower_and_upper_bounds(
     lower_bound = optimistic.self_compose(steps).get_epsilon_for_delta(delta)
     assert lower_bound <= ours <= rdp_epsilon
     assert ours <= 1.001 * lower_bound
+
+
+def test_a_repeated_event_is_looked_up_and_an_inexact_one_computed_again(monkeypatch):
+    """The process's memo: the same (event, δ, accountant) computes once; an event
+    holding a field it cannot key exactly (a NumPy scalar) is never remembered."""
+    monkeypatch.setattr(epsilon_memo, "_EPSILONS", {})
+    computed = []
+    original = accounting._epsilon_of
+
+    def counted(event, delta, accountant):
+        computed.append(event)
+        return original(event, delta, accountant)
+
+    monkeypatch.setattr(accounting, "_epsilon_of", counted)
+    first = core.compute_epsilon(1.3, 0.05, 20, 1e-6)
+    assert core.compute_epsilon(1.3, 0.05, 20, 1e-6) == first and len(computed) == 1
+    core.compute_epsilon(1.3, 0.05, 21, 1e-6)  # Another T, another ε.
+    core.compute_epsilon(1.3, 0.05, 20, 1e-6, "rdp")  # Another accountant.
+    core.compute_epsilon(1.3, 0.05, 20, 2e-6)  # Another δ.
+    assert len(computed) == 4
+    inexact = accounting.dp_sgd_event(np.float64(1.3), 0.05, 20)
+    assert accounting.event_epsilon(inexact, 1e-6) == first
+    assert accounting.event_epsilon(inexact, 1e-6) == first and len(computed) == 6
+    # Keys that must not meet: signed zeros, a NaN (never kept), a NumPy δ, a plain
+    # subclass (its own attributes would be left out).
+    event = accounting.dp_sgd_event(1.3, 0.05, 20)
+    assert epsilon_memo.key(accounting.dp_sgd_event(0.0, 0.05, 20), 1e-6, "pld") != (
+        epsilon_memo.key(accounting.dp_sgd_event(-0.0, 0.05, 20), 1e-6, "pld")
+    )
+    assert epsilon_memo.key(accounting.dp_sgd_event(math.nan, 0.05, 20), 1e-6, "pld") is None
+    assert epsilon_memo.key(event, np.float32(1e-6), "pld") is None
+    assert epsilon_memo.key(event, 1e-6, "pld") is not None
+
+    class Subclass(dp_accounting.GaussianDpEvent):
+        pass
+
+    assert epsilon_memo.key(Subclass(1.3), 1e-6, "pld") is None
 
 
 if __name__ == "__main__":
