@@ -11,7 +11,7 @@ import dp_accounting
 
 _EPSILONS: dict = {}
 _MAX_REMEMBERED = 4096
-_EXACT_SCALARS = (bool, int, float, str, type(None))
+_EXACT_SCALARS = (bool, int, str, type(None))  # A float is keyed by its hex.
 
 
 def key(event, delta: float, accountant: str):
