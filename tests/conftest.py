@@ -37,9 +37,11 @@ if "DPNMT_CACHE_DIR" not in os.environ:
 
     os.environ["DPNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpnmt-test-cache-")
     atexit.register(shutil.rmtree, os.environ["DPNMT_CACHE_DIR"], ignore_errors=True)
-os.environ.setdefault(
-    "DPNMT_COMPILATION_CACHE", os.path.join(os.environ["DPNMT_CACHE_DIR"], "jax_children")
-)
+os.environ.setdefault("DPNMT_COMPILATION_CACHE", os.path.join(os.environ["DPNMT_CACHE_DIR"], "jax"))
+# Every program is cached however fast it compiled (JAX's own variable, read when
+# jax is imported; `compilation_cache.enable` leaves it as set): the suite
+# compiles thousands of sub-second programs that later tests load (CI time).
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import hypothesis  # noqa: E402
 
@@ -52,40 +54,33 @@ hypothesis.settings.load_profile("dpnmt")
 
 import pytest  # noqa: E402
 
-
-@pytest.fixture(scope="session")
-def _compilation_cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("jax_compilation_cache")
+from dpnmt.training import compilation_cache  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def shared_compilation_cache(_compilation_cache_dir):
-    """JAX's persistent compilation cache, one folder for the session, on for one module.
-
-    Request it from the module's first fixture (or `pytestmark` usefixtures) so
-    that module fixtures' runs use it too.
+@pytest.fixture(scope="session", autouse=True)
+def _shared_compilation_cache():
+    """JAX's persistent compilation cache on for in-process tests: the children's folder.
 
     In-process runs rebuild their jitted functions, so each would compile its
     programs again; with the cache, a program of the same shapes, constants and
-    flags that an earlier test compiled is loaded instead (CI time). A loaded
-    program is the one compiled: results do not change. Tracing and lowering
-    still happen (`train.profile` counts them as compile time).
+    flags that an earlier test or child (either xdist worker) compiled is loaded
+    instead (CI time). A loaded program is the one compiled: results do not
+    change. Tracing and lowering still happen (`train.profile` counts them as
+    compile time). `DPNMT_COMPILATION_CACHE=off` leaves it off.
     """
+    folder = compilation_cache.resolve(compilation_cache.AUTO)
+    if folder is None:
+        yield
+        return
     import jax
-    from jax.experimental.compilation_cache import compilation_cache
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
-    settings = {
-        "jax_compilation_cache_dir": str(_compilation_cache_dir),
-        "jax_persistent_cache_min_compile_time_secs": 0.2,
-    }
-    before = {name: getattr(jax.config, name) for name in settings}
-    for name, value in settings.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()  # JAX decides once whether the cache is on; ask again.
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax_cache.reset_cache()  # JAX decides once whether the cache is on; ask again.
     yield
-    for name, value in before.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", before)
+    jax_cache.reset_cache()
 
 
 def pytest_collection_modifyitems(config, items):

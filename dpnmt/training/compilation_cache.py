@@ -18,8 +18,10 @@ from dpnmt.training.run_dir import PRIVATE_DIR
 AUTO, OFF = "auto", "off"
 # What "auto" means on this machine, if set: "off" or a folder (tests set "off").
 ENV_VAR = "DPNMT_COMPILATION_CACHE"
-# Programs that compile faster than this are not worth a cache entry (s).
+# Programs that compile faster than this are not worth a cache entry (s), unless
+# JAX's own variable says otherwise (jax reads it when imported).
 MIN_COMPILE_SECONDS = 0.5
+MIN_COMPILE_ENV_VAR = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 
 def default_dir(environ: dict | None = None) -> str:
@@ -74,6 +76,9 @@ def enable(setting: str) -> str | None:
     Args:
       setting: `train.compilation_cache` ("auto", "off" or a folder).
 
+    Programs that compiled in under `MIN_COMPILE_SECONDS` are not stored, unless
+    $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS sets JAX's own minimum.
+
     Returns:
       The cache folder, or None when off.
 
@@ -87,7 +92,8 @@ def enable(setting: str) -> str | None:
     if folder is None:
         return None
     jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    if MIN_COMPILE_ENV_VAR not in os.environ:  # The user's JAX setting wins.
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     logging.info("Compiled programs are cached in %s (train.compilation_cache).", folder)
     return folder
 

@@ -81,7 +81,6 @@ def test_noise_norm_matches_the_noise_dp_sgd_adds():
 
 @pytest.mark.slow
 @needs_data
-@pytest.mark.usefixtures("shared_compilation_cache")  # Shared programs (CI time).
 def test_run_measurement_lands_in_private_when_validation_is_carved(tmp_path):
     workdir = tmp_path / "run"
     config = small_config("eps8")

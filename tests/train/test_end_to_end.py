@@ -21,8 +21,7 @@ from dpnmt.training import loop, metrics
 from tests.markers import needs_data
 from tests.small_configs import small_config
 
-# The runs share compiled programs (`shared_compilation_cache`: CI time).
-pytestmark = [pytest.mark.slow, needs_data, pytest.mark.usefixtures("shared_compilation_cache")]
+pytestmark = [pytest.mark.slow, needs_data]
 
 
 def claimed(privacy_report):

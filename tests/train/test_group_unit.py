@@ -151,7 +151,6 @@ def _group_run_config(tmp_path, clipping: str):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("shared_compilation_cache")
 @pytest.mark.parametrize("clipping", ["vmap", "ghost"])
 def test_group_unit_trains_and_results_json_reports_epsilon_per_group(tmp_path, clipping):
     from dpnmt.training import loop

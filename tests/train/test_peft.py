@@ -141,7 +141,6 @@ def test_bias_only_on_t5_is_refused_at_build_too():
 
 @pytest.mark.slow
 @needs_data
-@pytest.mark.usefixtures("shared_compilation_cache")  # Shared programs (CI time).
 def test_lora_run_resumes_translates_and_exports_merged(tmp_path):
     from tests.small_configs import small_config
 

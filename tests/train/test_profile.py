@@ -114,7 +114,26 @@ def test_enable_points_jax_at_the_folder(tmp_path):
         assert compilation_cache.enable("off") is None
         with pytest.raises(ConfigError, match="train.compilation_cache"):
             compilation_cache.enable("")
-    finally:  # Nothing compiled meanwhile: the process's cache was never opened.
+    finally:  # Nothing compiled meanwhile: no program went to tmp_path.
+        jax.config.update("jax_compilation_cache_dir", before)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", minimum)
+
+
+def test_enable_keeps_a_minimum_compile_time_jax_was_given(tmp_path, monkeypatch):
+    before = jax.config.jax_compilation_cache_dir
+    minimum = jax.config.jax_persistent_cache_min_compile_time_secs
+    try:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.25)
+        monkeypatch.setenv(compilation_cache.MIN_COMPILE_ENV_VAR, "0.25")
+        compilation_cache.enable(str(tmp_path / "jax"))
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.25
+        monkeypatch.delenv(compilation_cache.MIN_COMPILE_ENV_VAR)
+        compilation_cache.enable(str(tmp_path / "jax"))
+        assert (
+            jax.config.jax_persistent_cache_min_compile_time_secs
+            == compilation_cache.MIN_COMPILE_SECONDS
+        )
+    finally:
         jax.config.update("jax_compilation_cache_dir", before)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", minimum)
 
