@@ -8,7 +8,7 @@ all read, so the ε reported always describes the sampling that ran.
 import dataclasses
 import math
 
-from dpnmt import config, config_lib, core
+from dpnmt import config, config_lib, core, sigma_hints
 from dpnmt.errors import raise_problems
 
 POISSON, SHUFFLE = "poisson", "shuffle"
@@ -221,22 +221,34 @@ def plan_privacy(
                     "(use the :nonprivate variant for no noise)."
                 )
         elif dp_config.sampling == POISSON:
+            rate, delta = lot_size / dataset_size, float(dp_config.delta)
+            hint = sigma_hints.key(
+                POISSON, float(target), rate, num_steps, delta, accountant=dp_config.accountant
+            )
             sigma = core.calibrate_noise_multiplier(
                 float(target),
-                lot_size / dataset_size,
+                rate,
                 num_steps,
-                dp_config.delta,
+                delta,
                 dp_config.accountant,
                 dataset_size=dataset_size,
+                hint=sigma_hints.lookup(hint),
             )
+            sigma_hints.record(hint, sigma)
         else:
+            delta = float(dp_config.delta)
+            hint = sigma_hints.key(
+                SHUFFLE, float(target), epochs, delta, accountant=dp_config.accountant
+            )
             sigma = core.calibrate_noise_multiplier_shuffled(
                 float(target),
                 epochs,
-                dp_config.delta,
+                delta,
                 dp_config.accountant,
                 dataset_size=dataset_size,
+                hint=sigma_hints.lookup(hint),
             )
+            sigma_hints.record(hint, sigma)
     return PrivacyPlan(
         private=private,
         sampling=dp_config.sampling,

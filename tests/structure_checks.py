@@ -23,8 +23,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (
     # The pure DP-SGD library: imports no other part of dpnmt (checked below).
     ("core", ("dpnmt.core", "dpnmt.core.*")),
-    # Leaves every layer may use: the package, error collection, atomic writes.
-    ("base", ("dpnmt", "dpnmt.errors", "dpnmt.atomic_file")),
+    # Leaves every layer may use: the package, error collection, atomic writes, the cache folder.
+    ("base", ("dpnmt", "dpnmt.errors", "dpnmt.atomic_file", "dpnmt.cache_dir")),
     # The ConfigDict edge (`config_lib` builds it) and the typed sections.
     ("config", ("dpnmt.config", "dpnmt.config.*", "dpnmt.config_lib")),
     # One job each, given a section or plain values: corpora and tokenizers,
@@ -40,6 +40,7 @@ LAYERS = (
             "dpnmt.bridge",
             "dpnmt.bridge.*",
             "dpnmt.privacy",
+            "dpnmt.sigma_hints",
             "dpnmt.distributed",
             "dpnmt.public_names",
             "dpnmt.decode_folders",

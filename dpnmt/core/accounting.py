@@ -25,7 +25,7 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpnmt.core import epsilon_memo, validation
+from dpnmt.core import epsilon_memo, sigma_search, validation
 
 # Search interval for σ in `calibrate_noise_multiplier`.
 _MIN_NOISE_MULTIPLIER = 1e-2
@@ -158,6 +158,7 @@ def calibrate_noise_multiplier(
     *,
     dataset_size: int | None = None,
     relative_tolerance: float = 1e-3,
+    hint: float | None = None,
 ) -> float:
     """Smallest σ (within `relative_tolerance`) with `compute_epsilon(σ, ...) <= target`.
 
@@ -169,6 +170,9 @@ def calibrate_noise_multiplier(
       accountant: "pld" (default) or "rdp".
       dataset_size: N; if given, warns when δ >= 1/N.
       relative_tolerance: in [1e-12, 1]; the returned σ is at most (1 + tol) times the optimum.
+      hint: a σ to try first (e.g. an earlier calibration's answer to the same
+        arguments), never trusted: returned only when two ε evaluations prove it
+        the answer, see `sigma_search.hint_holds`; otherwise the search runs.
 
     Returns:
       σ whose ε (by the same accountant) is <= target_epsilon.
@@ -194,6 +198,9 @@ def calibrate_noise_multiplier(
     def epsilon_at(sigma: float, accountant: str = kind) -> float:
         return event_epsilon(dp_sgd_event(sigma, sampling_rate, num_steps), delta, accountant)
 
+    bounds = (_MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER)
+    if sigma_search.hint_holds(epsilon_at, target_epsilon, hint, relative_tolerance, *bounds):
+        return float(hint)
     hi = MAX_NOISE_MULTIPLIER
     if epsilon_at(hi) > target_epsilon:
         raise ValueError(
@@ -211,7 +218,7 @@ def calibrate_noise_multiplier(
 
         if rdp_at(lo) <= target_epsilon and epsilon_at(lo) <= target_epsilon:
             return _at_floor(target_epsilon, epsilon_at(lo))
-        hi = _search(rdp_at, target_epsilon, lo, hi, 1e-2)
+        hi = sigma_search.search(rdp_at, target_epsilon, lo, hi, 1e-2)
         lo = hi
         while epsilon_at(lo) <= target_epsilon:
             if lo <= _MIN_NOISE_MULTIPLIER:
@@ -221,7 +228,7 @@ def calibrate_noise_multiplier(
             hi *= 1.5
     elif epsilon_at(lo) <= target_epsilon:
         return _at_floor(target_epsilon, epsilon_at(lo))
-    return _search(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
+    return sigma_search.search(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
 
 
 def _at_floor(target_epsilon: float, epsilon: float) -> float:
@@ -243,72 +250,6 @@ def _check_tolerance(relative_tolerance) -> float:
     if not 1e-12 <= tol <= 1.0:
         raise ValueError(f"relative_tolerance must be in [1e-12, 1], got {tol!r}.")
     return tol
-
-
-def _search(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float) -> float:
-    """Smallest σ within a factor 1 + tol whose ε(σ) <= target; needs ε(lo) > target >= ε(hi).
-
-    A bracketed secant in (log σ, log ε), where ε(σ) is nearly a straight
-    line: each step aims at the secant's root between the last two points (a
-    bisection where that root leaves the bracket or a value is not finite;
-    bisections only, once a secant step fails to halve the one before); once
-    the root is pinned, one point just above it and one just below close the
-    bracket. Every σ it returns had its ε computed <= target (the bracket's
-    invariant), as bisection's did, in about a third of bisection's
-    evaluations (each a PLD of T steps: seconds).
-    """
-    last = [(lo, epsilon_at(lo)), (hi, epsilon_at(hi))]  # The two latest points.
-    secant = True
-
-    def record(sigma: float) -> None:
-        nonlocal lo, hi
-        epsilon = epsilon_at(sigma)
-        if epsilon <= target_epsilon:
-            hi = sigma
-        else:
-            lo = sigma
-        last[:] = [last[-1], (sigma, epsilon)]
-
-    previous_move = math.inf
-    while hi / lo > 1.0 + tol:
-        guess = _secant_root(last, target_epsilon, lo, hi) if secant else None
-        if guess is None or not lo < guess < hi:
-            record(math.sqrt(lo * hi))
-            continue
-        move = abs(math.log(guess / last[-1][0]))
-        if move > previous_move / 2:
-            secant = False  # Not converging faster than bisection: bisect from here on.
-            continue
-        previous_move = move
-        if move < math.log1p(tol) / 4:
-            # Pinned: bracket the root within (1 + tol) by a point each side.
-            half = math.log1p(tol) * 0.45
-            above = min(guess * math.exp(half), hi)
-            if above < hi:
-                record(above)
-            below = max(guess * math.exp(-half), lo)
-            if below > lo and hi / lo > 1.0 + tol:
-                record(below)
-        else:
-            record(guess)
-    return hi
-
-
-def _secant_root(last, target_epsilon: float, lo: float, hi: float) -> float | None:
-    """Where the line through the two points' (log σ, log ε) meets log target, inside (lo, hi).
-
-    None where that is undefined (a value 0 or not finite, equal values) or
-    outside the bracket (the search then bisects).
-    """
-    (s0, e0), (s1, e1) = last
-    if not (0 < e0 < math.inf and 0 < e1 < math.inf) or e0 == e1:
-        return None
-    f0, f1 = math.log(e0 / target_epsilon), math.log(e1 / target_epsilon)
-    x0, x1 = math.log(s0), math.log(s1)
-    root = x1 - f1 * (x1 - x0) / (f1 - f0)
-    if not math.log(lo) < root < math.log(hi):
-        return None
-    return math.exp(root)
 
 
 def compute_epsilon_sequential(
@@ -384,6 +325,7 @@ def calibrate_noise_multiplier_shuffled(
     *,
     dataset_size: int | None = None,
     relative_tolerance: float = 1e-3,
+    hint: float | None = None,
 ) -> float:
     """Smallest σ (within `relative_tolerance`) with `compute_epsilon_shuffled(σ, ...) <= target`.
 
@@ -394,6 +336,7 @@ def calibrate_noise_multiplier_shuffled(
       accountant: "pld" (default) or "rdp".
       dataset_size: N; if given, warns when δ >= 1/N.
       relative_tolerance: in [1e-12, 1]; the returned σ is at most (1 + tol) times the optimum.
+      hint: a σ to try first, never trusted (as `calibrate_noise_multiplier`'s).
 
     Returns:
       σ whose shuffled-lot ε (same accountant) is <= target_epsilon.
@@ -412,6 +355,9 @@ def calibrate_noise_multiplier_shuffled(
     def epsilon_at(sigma: float) -> float:
         return compute_epsilon_shuffled(sigma, num_epochs, delta, accountant)
 
+    bounds = (_MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER)
+    if sigma_search.hint_holds(epsilon_at, target_epsilon, hint, relative_tolerance, *bounds):
+        return float(hint)
     lo, hi = _MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER
     if epsilon_at(hi) > target_epsilon:
         raise ValueError(
@@ -431,7 +377,7 @@ def calibrate_noise_multiplier_shuffled(
         if lo <= _MIN_NOISE_MULTIPLIER:
             return _at_floor(target_epsilon, epsilon_at(lo))
         return lo
-    return _search(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
+    return sigma_search.search(epsilon_at, target_epsilon, lo, hi, relative_tolerance)
 
 
 def epsilon_if_poisson_not_a_guarantee(

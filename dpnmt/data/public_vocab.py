@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from dpnmt import atomic_file
+from dpnmt import atomic_file, cache_dir
 from dpnmt.config import TokenizerConfig
 from dpnmt.data import tokenizers
 from dpnmt.data.corpora import mixture
 from dpnmt.data.languages import parse_pair
 from dpnmt.public_names import public_name
 
-CACHE_ENV = "DPNMT_CACHE_DIR"
+CACHE_ENV = cache_dir.ENV_VAR
 MODEL_FILE = "spm.model"
 KEY_FILE = "key.json"
 _KEY_VERSION = 1  # Bump when what the key hashes changes meaning.
@@ -37,11 +37,7 @@ _KEY_VERSION = 1  # Bump when what the key hashes changes meaning.
 
 def cache_root() -> str:
     """`$DPNMT_CACHE_DIR/vocab`, else `$XDG_CACHE_HOME/dpnmt/vocab`, else `~/.cache/dpnmt/vocab`."""
-    root = os.environ.get(CACHE_ENV)
-    if root:
-        return os.path.join(root, "vocab")
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(xdg, "dpnmt", "vocab")
+    return cache_dir.folder("vocab")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpnmt import core
-from dpnmt.core import accounting
+from dpnmt.core import accounting, sigma_search
 
 
 def _bisection_evaluations(lo: float, hi: float, tol: float) -> int:
@@ -42,10 +42,10 @@ def test_search_keeps_its_invariant_and_is_within_tol_of_the_smallest_sigma(
     lo, hi = 1e-2, 1e4
     if not epsilon(lo) > target >= epsilon(hi):
         return
-    sigma = accounting._search(epsilon, target, lo, hi, tol)
+    sigma = sigma_search.search(epsilon, target, lo, hi, tol)
     assert epsilon(sigma) <= target  # What a run is calibrated to: never above the target.
     # The smallest σ meeting the target, by a fine bisection on the same function.
-    smallest = accounting._search(epsilon, target, lo, hi, 1e-9)
+    smallest = sigma_search.search(epsilon, target, lo, hi, 1e-9)
     assert smallest / (1 + 1e-9) <= sigma <= (1 + tol) * smallest
     assert lo < sigma <= hi
 
@@ -59,7 +59,7 @@ def test_search_takes_fewer_evaluations_than_bisection_on_a_curved_line():
 
     target, lo, hi = 1.0, 2.5, 6.0
     assert epsilon(lo) > target >= epsilon(hi)
-    sigma = accounting._search(epsilon, target, lo, hi, 1e-3)
+    sigma = sigma_search.search(epsilon, target, lo, hi, 1e-3)
     assert sigma == pytest.approx(3.0 / math.log(2.0), rel=1e-3)
     # The two ends and at most five more points, against bisection's twelve.
     assert len(set(calls)) <= 7 < 2 + _bisection_evaluations(lo, hi, 1e-3)
@@ -68,7 +68,7 @@ def test_search_takes_fewer_evaluations_than_bisection_on_a_curved_line():
 def test_search_falls_back_to_bisection_where_the_secant_misleads():
     # A step function: flat pieces make the secant undefined or outside the bracket.
     epsilon = _Counted(5.0, 1.0, 0.5)
-    sigma = accounting._search(epsilon, 2.0, 1e-2, 1e4, 1e-3)
+    sigma = sigma_search.search(epsilon, 2.0, 1e-2, 1e4, 1e-3)
     assert epsilon(sigma) <= 2.0 < epsilon(sigma / (1 + 1e-3))
 
 
@@ -103,7 +103,7 @@ def test_search_bisects_where_the_secant_would_leave_the_bracket_far_behind():
     def epsilon(sigma):
         return 50 * (1 + 1e-12 / sigma) if sigma < 100 else 1 / sigma
 
-    sigma = accounting._search(epsilon, 1.0, 1e-2, 1e4, 1e-3)
+    sigma = sigma_search.search(epsilon, 1.0, 1e-2, 1e4, 1e-3)
     assert epsilon(sigma) <= 1.0 < epsilon(sigma / (1 + 1e-3))
 
 

@@ -1,0 +1,63 @@
+"""σ hints: each noise calibration's answer, kept for the next calibration of the same plan.
+
+`privacy.plan_privacy` looks a hint up before it calibrates σ and records the
+answer after (start-up time: a PLD calibration takes several ε evaluations of
+seconds each). The calibration never trusts a hint: it returns one only when
+two fresh ε evaluations prove it the search's answer within its tolerance
+(`dpnmt.core.accounting`), so a stale, edited or foreign file costs those two
+evaluations and nothing else. A key holds public quantities only (the
+sampling, target ε, q or epochs, T, δ, accountant); the file lives in the
+user's cache folder (`cache_dir`), never in a workdir. A cache: a file that
+cannot be read or written is ignored.
+"""
+
+import json
+import logging
+import os
+
+from dpnmt import atomic_file, cache_dir
+
+FILE = "sigma_hints.json"
+MAX_ENTRIES = 1000  # The oldest go first.
+
+
+def path() -> str:
+    """The hints file: `cache_dir.folder("privacy")/sigma_hints.json`."""
+    return os.path.join(cache_dir.folder("privacy"), FILE)
+
+
+def key(sampling: str, *numbers: float | int, accountant: str) -> str:
+    """The exact key of a calibration: floats by `float.hex`, so no rounding merges two."""
+    exact = [n.hex() if isinstance(n, float) else int(n) for n in numbers]
+    return json.dumps([sampling, *exact, accountant])
+
+
+def _read() -> dict:
+    try:
+        with open(path(), encoding="utf-8") as f:
+            hints = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return hints if isinstance(hints, dict) else {}
+
+
+def lookup(hint_key: str) -> float | None:
+    """The σ recorded for `hint_key`, or None (none, or not a float)."""
+    value = _read().get(hint_key)
+    return value if isinstance(value, float) else None
+
+
+def record(hint_key: str, sigma: float) -> None:
+    """Keeps `sigma` for `hint_key` (atomically; a failure is logged at debug level only)."""
+    hints = _read()
+    if hints.get(hint_key) == sigma:
+        return
+    hints.pop(hint_key, None)
+    hints[hint_key] = float(sigma)
+    for old in list(hints)[: max(0, len(hints) - MAX_ENTRIES)]:
+        del hints[old]
+    try:
+        os.makedirs(os.path.dirname(path()), exist_ok=True)
+        atomic_file.write_atomic(path(), json.dumps(hints))
+    except OSError as error:
+        logging.debug("σ hints not kept (%s): %s", path(), error)
