@@ -221,29 +221,29 @@ def plan_privacy(
                     "(use the :nonprivate variant for no noise)."
                 )
         elif dp_config.sampling == POISSON:
-            rate, delta = lot_size / dataset_size, float(dp_config.delta)
+            rate = lot_size / dataset_size
             hint = sigma_hints.key(
-                POISSON, float(target), rate, num_steps, delta, accountant=dp_config.accountant
-            )
+                POISSON, float(target), rate, num_steps, dp_config.delta,
+                accountant=dp_config.accountant,
+            )  # fmt: skip
             sigma = core.calibrate_noise_multiplier(
                 float(target),
                 rate,
                 num_steps,
-                delta,
+                dp_config.delta,
                 dp_config.accountant,
                 dataset_size=dataset_size,
                 hint=sigma_hints.lookup(hint),
             )
             sigma_hints.record(hint, sigma)
         else:
-            delta = float(dp_config.delta)
             hint = sigma_hints.key(
-                SHUFFLE, float(target), epochs, delta, accountant=dp_config.accountant
+                SHUFFLE, float(target), epochs, dp_config.delta, accountant=dp_config.accountant
             )
             sigma = core.calibrate_noise_multiplier_shuffled(
                 float(target),
                 epochs,
-                delta,
+                dp_config.delta,
                 dp_config.accountant,
                 dataset_size=dataset_size,
                 hint=sigma_hints.lookup(hint),

@@ -11,6 +11,7 @@ user's cache folder (`cache_dir`), never in a workdir. A cache: a file that
 cannot be read or written is ignored.
 """
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ import os
 from dpnmt import atomic_file, cache_dir
 
 FILE = "sigma_hints.json"
+_KEY_VERSION = 1  # Bump when `dpnmt.core.sigma_search` changes what it returns.
+_ACCOUNTING = importlib.metadata.version("dp-accounting")
 MAX_ENTRIES = 1000  # The oldest go first.
 
 
@@ -26,29 +29,44 @@ def path() -> str:
     return os.path.join(cache_dir.folder("privacy"), FILE)
 
 
-def key(sampling: str, *numbers: float | int, accountant: str) -> str:
-    """The exact key of a calibration: floats by `float.hex`, so no rounding merges two."""
-    exact = [n.hex() if isinstance(n, float) else int(n) for n in numbers]
-    return json.dumps([sampling, *exact, accountant])
+def key(sampling: str, *numbers: float | int, accountant: str) -> str | None:
+    """The exact key of a calibration, or None (no hint) where a number is not an int or float.
+
+    Floats by `float.hex`, so no rounding merges two; the dp_accounting version
+    and `_KEY_VERSION` too, so that a new accountant or search calibrates afresh.
+    """
+    exact = []
+    for n in numbers:
+        if isinstance(n, float):
+            exact.append(n.hex())
+        elif isinstance(n, int) and not isinstance(n, bool):
+            exact.append(n)
+        else:
+            return None
+    return json.dumps([_KEY_VERSION, _ACCOUNTING, sampling, *exact, accountant])
 
 
 def _read() -> dict:
     try:
         with open(path(), encoding="utf-8") as f:
             hints = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: absurdly nested JSON.
         return {}
     return hints if isinstance(hints, dict) else {}
 
 
-def lookup(hint_key: str) -> float | None:
-    """The σ recorded for `hint_key`, or None (none, or not a float)."""
+def lookup(hint_key: str | None) -> float | None:
+    """The σ recorded for `hint_key`, or None (no key, none recorded, or not a float)."""
+    if hint_key is None:
+        return None
     value = _read().get(hint_key)
     return value if isinstance(value, float) else None
 
 
-def record(hint_key: str, sigma: float) -> None:
+def record(hint_key: str | None, sigma: float) -> None:
     """Keeps `sigma` for `hint_key` (atomically; a failure is logged at debug level only)."""
+    if hint_key is None:
+        return
     hints = _read()
     if hints.get(hint_key) == sigma:
         return

@@ -1,9 +1,11 @@
 """dpnmt.sigma_hints: the σ cache `plan_privacy` keeps, and that a bad file cannot lower σ."""
 
+import importlib.metadata
 import json
 import os
 
 import ml_collections
+import numpy as np
 import pytest
 
 from dpnmt import core, privacy, sigma_hints
@@ -26,9 +28,21 @@ def test_recorded_sigma_is_found_under_its_exact_key_only():
     assert sigma_hints.key("shuffle", 8.0, 0.01, 100, 1e-6, accountant="rdp") != KEY
 
 
+def test_a_number_that_is_not_an_int_or_float_gives_no_key_and_no_hint():
+    for odd in [np.float32(1e-6), "1e-6", True, None]:
+        assert sigma_hints.key("poisson", 8.0, 0.01, 100, odd, accountant="rdp") is None
+    sigma_hints.record(None, 1.0)
+    assert sigma_hints.lookup(None) is None
+
+
+def test_the_key_names_the_accountant_library_version():
+    assert importlib.metadata.version("dp-accounting") in json.loads(KEY)
+
+
 def test_a_damaged_file_or_a_non_float_is_no_hint(cache):
     os.makedirs(os.path.dirname(sigma_hints.path()))
-    for text in ["{not json", "[1.0]", json.dumps({KEY: "1.25"}), json.dumps({KEY: 2})]:
+    nested = "[" * 100_000 + "]" * 100_000
+    for text in ["{not json", "[1.0]", json.dumps({KEY: "1.25"}), json.dumps({KEY: 2}), nested]:
         with open(sigma_hints.path(), "w") as f:
             f.write(text)
         assert sigma_hints.lookup(KEY) is None

@@ -6,6 +6,7 @@ Both take ε(σ) as a function: no accountant here.
 """
 
 import math
+import numbers
 
 
 def search(epsilon_at, target_epsilon: float, lo: float, hi: float, tol: float) -> float:
@@ -84,11 +85,11 @@ def hint_holds(
     A hint above `ceiling`, or whose lower point falls below `floor` (the
     searched range), is not tried: the search handles the floor.
     """
-    if hint is None or isinstance(hint, bool):
-        return False
+    if not isinstance(hint, numbers.Real) or isinstance(hint, bool):
+        return False  # None, text, bool: no σ.
     try:
         hint = float(hint)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
     below = hint / (1.0 + tol)
     if not (floor <= below and hint <= ceiling):

@@ -92,7 +92,7 @@ def enable(setting: str) -> str | None:
     if folder is None:
         return None
     jax.config.update("jax_compilation_cache_dir", folder)
-    if MIN_COMPILE_ENV_VAR not in os.environ:  # The user's JAX setting wins.
+    if not os.environ.get(MIN_COMPILE_ENV_VAR):  # The user's JAX setting wins.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     logging.info("Compiled programs are cached in %s (train.compilation_cache).", folder)
     return folder

@@ -48,7 +48,29 @@ def test_a_wrong_hint_is_ignored_and_the_search_answers(factor):
     assert hinted == answer  # Too much noise (utility) or too little (privacy): not taken.
 
 
-@pytest.mark.parametrize("hint", [math.nan, math.inf, -1.0, 0.0, 1e-3, 1e5, True, "2.0", None])
+@pytest.mark.parametrize("factor", [1.05, 1.01, 1 / 1.01])
+def test_pld_refuses_a_hint_near_its_answer_that_the_contract_rules_out(factor):
+    answer = core.calibrate_noise_multiplier(**POISSON)
+    assert core.calibrate_noise_multiplier(**POISSON, hint=answer * factor) == answer
+
+
+def test_pld_refuses_rdps_answer_as_hint():
+    rdp = core.calibrate_noise_multiplier(**POISSON, accountant="rdp")
+    pld = core.calibrate_noise_multiplier(**POISSON)
+    assert pld < rdp / (1 + TOL)  # RDP's σ meets the target under PLD too, with room to spare.
+    assert core.calibrate_noise_multiplier(**POISSON, hint=rdp) == pld
+
+
+def test_a_hint_at_the_search_floor_is_not_taken_and_the_floor_still_warns():
+    floor_epsilon = core.compute_epsilon(1e-2, 0.5, 1, 1e-5, "rdp")  # Met at the floor σ.
+    with pytest.warns(UserWarning, match="smallest noise multiplier"):
+        sigma = core.calibrate_noise_multiplier(floor_epsilon, 0.5, 1, 1e-5, "rdp", hint=1e-2)
+    assert sigma == 1e-2
+
+
+@pytest.mark.parametrize(
+    "hint", [math.nan, math.inf, -1.0, 0.0, 1e-3, 1e5, True, "2.0", None, 10**400]
+)
 def test_a_hint_that_is_not_a_sigma_in_range_is_ignored(hint):
     answer = core.calibrate_noise_multiplier(**POISSON, accountant="rdp")
     assert core.calibrate_noise_multiplier(**POISSON, accountant="rdp", hint=hint) == answer
