@@ -221,34 +221,19 @@ def plan_privacy(
                     "(use the :nonprivate variant for no noise)."
                 )
         elif dp_config.sampling == POISSON:
-            rate = lot_size / dataset_size
-            hint = sigma_hints.key(
-                POISSON, float(target), rate, num_steps, dp_config.delta,
-                accountant=dp_config.accountant,
-            )  # fmt: skip
-            sigma = core.calibrate_noise_multiplier(
-                float(target),
-                rate,
-                num_steps,
-                dp_config.delta,
-                dp_config.accountant,
-                dataset_size=dataset_size,
-                hint=sigma_hints.lookup(hint),
+            sigma = sigma_hints.calibrate(
+                core.calibrate_noise_multiplier,
+                (POISSON, float(target), lot_size / dataset_size, num_steps),
+                dp_config,
+                dataset_size,
             )
-            sigma_hints.record(hint, sigma)
         else:
-            hint = sigma_hints.key(
-                SHUFFLE, float(target), epochs, dp_config.delta, accountant=dp_config.accountant
+            sigma = sigma_hints.calibrate(
+                core.calibrate_noise_multiplier_shuffled,
+                (SHUFFLE, float(target), epochs),
+                dp_config,
+                dataset_size,
             )
-            sigma = core.calibrate_noise_multiplier_shuffled(
-                float(target),
-                epochs,
-                dp_config.delta,
-                dp_config.accountant,
-                dataset_size=dataset_size,
-                hint=sigma_hints.lookup(hint),
-            )
-            sigma_hints.record(hint, sigma)
     return PrivacyPlan(
         private=private,
         sampling=dp_config.sampling,

@@ -1,7 +1,7 @@
 """σ hints: each noise calibration's answer, kept for the next calibration of the same plan.
 
-`privacy.plan_privacy` looks a hint up before it calibrates σ and records the
-answer after (start-up time: a PLD calibration takes several ε evaluations of
+`privacy.plan_privacy` calibrates through `calibrate`, which looks a hint up
+first and records the answer after (start-up time: a PLD calibration takes several ε evaluations of
 seconds each). The calibration never trusts a hint: it returns one only when
 two fresh ε evaluations prove it the search's answer within its tolerance
 (`dpnmt.core.accounting`), so a stale, edited or foreign file costs those two
@@ -79,3 +79,25 @@ def record(hint_key: str | None, sigma: float) -> None:
         atomic_file.write_atomic(path(), json.dumps(hints))
     except OSError as error:
         logging.debug("σ hints not kept (%s): %s", path(), error)
+
+
+def calibrate(calibration, plan: tuple, dp_config, dataset_size: int) -> float:
+    """`calibration(*plan[1:], δ, accountant, dataset_size=, hint=)`, hinted and recorded.
+
+    Args:
+      calibration: `core.calibrate_noise_multiplier` or its shuffled twin.
+      plan: (sampling, target ε, then the calibration's q and T, or its epochs).
+      dp_config: `config.dp` (delta, accountant).
+      dataset_size: N, for the calibration's δ warning.
+
+    Returns:
+      The calibration's σ (the hint only where the calibration proved it).
+    """
+    sampling, *arguments = plan
+    delta, accountant = dp_config.delta, dp_config.accountant
+    hint_key = key(sampling, *arguments, delta, accountant=accountant)
+    sigma = calibration(
+        *arguments, delta, accountant, dataset_size=dataset_size, hint=lookup(hint_key)
+    )
+    record(hint_key, sigma)
+    return sigma

@@ -30,6 +30,7 @@ from dpnmt.core import epsilon_memo, sigma_search, validation
 # Search interval for σ in `calibrate_noise_multiplier`.
 _MIN_NOISE_MULTIPLIER = 1e-2
 MAX_NOISE_MULTIPLIER = 1e4
+_SEARCHED = (_MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER)
 # PLD discretisation interval: dp_accounting's default 1e-4, widened for large ε
 # (1e-5 of the RDP estimate, rounded down to a power of ten), where 1e-4 takes
 # minutes (σ ≈ 0.1). Discretisation over-estimates ε, never under-estimates it.
@@ -198,8 +199,7 @@ def calibrate_noise_multiplier(
     def epsilon_at(sigma: float, accountant: str = kind) -> float:
         return event_epsilon(dp_sgd_event(sigma, sampling_rate, num_steps), delta, accountant)
 
-    bounds = (_MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER)
-    if sigma_search.hint_holds(epsilon_at, target_epsilon, hint, relative_tolerance, *bounds):
+    if sigma_search.hint_holds(epsilon_at, target_epsilon, hint, relative_tolerance, *_SEARCHED):
         return float(hint)
     hi = MAX_NOISE_MULTIPLIER
     if epsilon_at(hi) > target_epsilon:
@@ -355,8 +355,7 @@ def calibrate_noise_multiplier_shuffled(
     def epsilon_at(sigma: float) -> float:
         return compute_epsilon_shuffled(sigma, num_epochs, delta, accountant)
 
-    bounds = (_MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER)
-    if sigma_search.hint_holds(epsilon_at, target_epsilon, hint, relative_tolerance, *bounds):
+    if sigma_search.hint_holds(epsilon_at, target_epsilon, hint, relative_tolerance, *_SEARCHED):
         return float(hint)
     lo, hi = _MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER
     if epsilon_at(hi) > target_epsilon:

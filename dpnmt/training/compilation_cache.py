@@ -16,7 +16,7 @@ from dpnmt.errors import ConfigError
 from dpnmt.training.run_dir import PRIVATE_DIR
 
 AUTO, OFF = "auto", "off"
-# What "auto" means on this machine, if set: "off" or a folder (tests set "off").
+# What "auto" means on this machine, if set: "off" or a folder (tests set a temporary one).
 ENV_VAR = "DPNMT_COMPILATION_CACHE"
 # Programs that compile faster than this are not worth a cache entry (s), unless
 # JAX's own variable says otherwise (jax reads it when imported).
