@@ -4,9 +4,10 @@ One module fixture runs the grid as a user would, in two sweeps: the first
 stops after 3 runs (`--max_runs`), the 4th (last) run is then interrupted after
 2 of its 4 steps, and the second sweep finishes the grid. Every test reads that
 workdir (or a copy of it), so the 4 runs are trained once. One privacy level
-(CI time): grids of several levels, and their reports, are tests/test_grid.py's. The runs share the
-sweep's compilation cache (its default; the tests' `DPNMT_COMPILATION_CACHE=off`
-is lifted here), so only the first run of each program compiles.
+(CI time): grids of several levels, and their reports, are tests/test_grid.py's.
+The runs share the sweep's compilation cache (its default; the tests'
+`DPNMT_COMPILATION_CACHE` folder is lifted here), so only the first run of each
+program compiles.
 """
 
 import csv
@@ -61,7 +62,7 @@ SPECS = grid.expand(PRIVACY, SAMPLING, SEEDS)
 
 
 def _env():
-    """The user's environment: no `DPNMT_COMPILATION_CACHE=off`, so the sweep's cache applies."""
+    """The user's environment: no `DPNMT_COMPILATION_CACHE`, so the sweep's cache applies."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop(compilation_cache.ENV_VAR, None)
     return env
