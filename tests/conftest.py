@@ -83,19 +83,42 @@ def _shared_compilation_cache():
     jax_cache.reset_cache()
 
 
-def pytest_collection_modifyitems(config, items):
-    """Marks the measured heavy tests (tests/fast_lane_heavy.txt) slow: the fast lane ≤ 5 min."""
+def pytest_configure(config):
+    # pytest-xdist would sort files by their number of tests, putting the long files with
+    # few tests last: keep the order pytest_collection_modifyitems gives (tests/file_seconds.txt).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _listed(name):
+    """The non-comment lines of tests/`name`, stripped."""
     import pathlib
 
-    listed = pathlib.Path(__file__).with_name("fast_lane_heavy.txt").read_text().splitlines()
-    heavy = {line.strip() for line in listed if line.strip() and not line.startswith("#")}
+    lines = pathlib.Path(__file__).with_name(name).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the measured heavy tests (tests/fast_lane_heavy.txt) slow: the fast lane ≤ 5 min;
+    puts the longest files (tests/file_seconds.txt) first, longest first (CI time)."""
+    whole_suite = len(items) > 1000 and not config.getoption("-k")
+    seconds = {
+        path: float(value) for value, path in (line.split() for line in _listed("file_seconds.txt"))
+    }
+    files = {item.nodeid.split("::")[0] for item in items}
+    if whole_suite and set(seconds) - files:
+        gone = sorted(set(seconds) - files)[:3]
+        raise pytest.UsageError(f"tests/file_seconds.txt names files that do not exist: {gone}")
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))  # Stable.
+
+    heavy = set(_listed("fast_lane_heavy.txt"))
     found = set()
     for item in items:
         if item.nodeid in heavy:
             item.add_marker(pytest.mark.slow)
             found.add(item.nodeid)
     # A renamed test must leave the list too (only checked when the whole suite is collected).
-    if len(items) > 1000 and not config.getoption("-k") and heavy - found:
+    if whole_suite and heavy - found:
         raise pytest.UsageError(
             f"tests/fast_lane_heavy.txt names tests that do not exist: {sorted(heavy - found)[:3]}"
         )
