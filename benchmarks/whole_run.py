@@ -28,15 +28,16 @@ Four runs of one invocation, one after the other, each in a process of its own
 
 Reported per run: the process's wall time from its start to its exit, the
 training wall time (that minus what is excluded: dpnmt's validation, final
-test evaluation and checkpoint phases, from its `train.profile`; Opacus'
-mode probe), the epoch's examples (N, the training pairs kept after
-preprocessing), examples per second of training wall time, and dpnmt /
-PyTorch per mode. Start-up, data loading, tokenization, model building and
-compilation are in the training wall time for every run. dpnmt's compilation
-cache is a fresh empty folder per run (`--jax_cache=cold`, a first run) or
-the user's (`warm`). PyTorch uses `--threads` intra-op threads; JAX uses every
-core (both: the machine's 2). `XLA_FLAGS` is cleared in the children (one CPU
-device, as a user's run). A benchmark, never a timed test.
+test evaluation (of 64 test pairs, or `--set=data.max_test_examples=K`) and
+checkpoint phases, from its `train.profile`; Opacus' mode probe), the epoch's
+examples (N, the training pairs kept after preprocessing), examples per
+second of training wall time, and dpnmt / PyTorch per mode. Start-up, data
+loading, tokenization, model building and compilation are in the training
+wall time for every run. dpnmt's compilation cache is a fresh empty folder
+per run (`--jax_cache=cold`, a first run) or the user's (`warm`). PyTorch
+uses `--threads` intra-op threads; JAX uses every core (both: the machine's
+2). `XLA_FLAGS` is cleared in the children (one CPU device, as a user's run).
+A benchmark, never a timed test.
 
     python -m benchmarks.whole_run                          # a full epoch, four runs
     python -m benchmarks.whole_run --max_train_examples=6400 --json=/tmp/whole_run.json
@@ -147,8 +148,9 @@ def _dpnmt_run(mode: str, folder: str) -> dict:
         "--config.train.profile=True",
         "--config.train.eval_every_steps=0",  # No validation during training.
         "--config.train.checkpoint_every_steps=1000000",  # Only the final checkpoint.
-        "--config.data.max_test_examples=64",  # Excluded anyway: keep the benchmark short.
     ]
+    if "data.max_test_examples" not in _overrides(mode):  # `--set` may make it smaller.
+        command.append("--config.data.max_test_examples=64")  # Excluded anyway: keep it short.
     if _JAX_CACHE.value == "cold":
         command.append(f"--config.train.compilation_cache={os.path.join(folder, mode + '_jax')}")
     wall, _ = _timed(command)
@@ -262,10 +264,17 @@ def _model(run, tokenizer):
     from dpnmt.training import pieces
 
     # dpnmt's model config (vocabulary size and special ids from the tokenizer);
-    # its Flax params are not used: transformers initialises its own.
+    # its Flax params are not used (transformers initialises its own), so the
+    # build is traced for shapes only: no init compiled or run.
+    built = {}
+
+    def build(key):
+        _, built["config"], params = pieces.build_model(run.model, tokenizer, key)
+        return params
+
     with jax.default_device(jax.devices("cpu")[0]):
-        _, model_config, _ = pieces.build_model(run.model, tokenizer, jax.random.key(0))
-    return transformers.T5ForConditionalGeneration(export.to_hf_config(model_config)).train()
+        jax.eval_shape(build, jax.random.key(0))
+    return transformers.T5ForConditionalGeneration(export.to_hf_config(built["config"])).train()
 
 
 def _example_losses(model, input_ids, labels, pad_id: int):

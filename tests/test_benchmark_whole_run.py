@@ -14,11 +14,15 @@ from tests.markers import needs_data
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-# A 1+1-layer width-32 model, one shape: the table's plumbing, not the figures (CI time).
+# A 1+1-layer width-32 model, one shape, 2 lots of 64 of N = 160 pairs, a short (excluded)
+# test evaluation, σ calibrated by RDP (seconds; PLD: tens, on both DP sides): the table's
+# plumbing, not the figures (CI time).
+N = 160
 TINY = ",".join([
     "model.d_model=32", "model.d_ff=64", "model.d_kv=8", "model.num_heads=2",
     "model.num_layers=1", "model.num_decoder_layers=1", "data.length_buckets=none",
-    "data.max_source_length=16", "data.max_target_length=16", "train.expected_lot_size=128",
+    "data.max_source_length=16", "data.max_target_length=16", "train.expected_lot_size=64",
+    "data.max_test_examples=8", "eval.max_new_tokens=8", "dp.accountant=rdp",
 ])  # fmt: skip
 
 
@@ -27,7 +31,7 @@ TINY = ",".join([
 def test_whole_run_tiny_prints_every_row(tmp_path):
     out = tmp_path / "whole_run.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.whole_run", "--max_train_examples=300",
+        [sys.executable, "-m", "benchmarks.whole_run", f"--max_train_examples={N}",
          "--opacus_mode=auto", "--probe_steps=1", f"--json={out}", f"--set={TINY}"],
         capture_output=True,
         text=True,
@@ -55,7 +59,7 @@ def test_whole_run_tiny_prints_every_row(tmp_path):
     assert rows[0].endswith("x |") and rows[1].endswith("x |")  # The two ratios.
     written = {row["mode"]: row for row in json.loads(out.read_text())["rows"]}
     # The same epoch on both sides: the same N, and σ for the same N and T.
-    assert written["dpnmt"]["examples"] == written["torch"]["examples"] == 300
+    assert written["dpnmt"]["examples"] == written["torch"]["examples"] == N
     assert written["dpnmt_dp"]["noise_multiplier"] == pytest.approx(
         written["opacus"]["noise_multiplier"]
     )
