@@ -37,6 +37,15 @@ if "DPNMT_CACHE_DIR" not in os.environ:
 
     os.environ["DPNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpnmt-test-cache-")
     atexit.register(shutil.rmtree, os.environ["DPNMT_CACHE_DIR"], ignore_errors=True)
+    # The σ of every calibration the suite makes (tests/sigma_hints.json, from a
+    # run with a kept DPNMT_CACHE_DIR; WORKSPACE.md says how to refresh it): each
+    # calibration then proves its hint in two ε evaluations instead of searching
+    # (CI time; the same σ, see dpnmt.sigma_hints).
+    os.makedirs(os.path.join(os.environ["DPNMT_CACHE_DIR"], "privacy"))
+    shutil.copyfile(
+        os.path.join(os.path.dirname(__file__), "sigma_hints.json"),
+        os.path.join(os.environ["DPNMT_CACHE_DIR"], "privacy", "sigma_hints.json"),
+    )
 os.environ.setdefault("DPNMT_COMPILATION_CACHE", os.path.join(os.environ["DPNMT_CACHE_DIR"], "jax"))
 # Every program is cached however fast it compiled (JAX's own variable, read when
 # jax is imported; `compilation_cache.enable` leaves it as set): the suite

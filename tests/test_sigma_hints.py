@@ -96,3 +96,18 @@ def test_plan_privacy_reuses_its_answer_and_a_tampered_hint_cannot_change_sigma(
         sigma_hints.record(hint_key, tampered)
         assert privacy.plan_privacy(_dp(sampling), train, 1000).noise_multiplier == fresh
     assert hints == [fresh, fresh / 2, fresh * 2]
+
+
+def test_the_suites_committed_hints_are_for_this_accountant_and_search():
+    """tests/sigma_hints.json (the conftest seeds the suite's cache with it) is current.
+
+    A stale file costs CI a full σ search per calibration, never a wrong σ: refresh
+    it as WORKSPACE.md says when dp-accounting or `sigma_hints._KEY_VERSION` changes.
+    """
+    with open(os.path.join(os.path.dirname(__file__), "sigma_hints.json"), encoding="utf-8") as f:
+        hints = json.load(f)
+    assert hints, "tests/sigma_hints.json holds no hint: refresh it (WORKSPACE.md)"
+    current = [sigma_hints._KEY_VERSION, importlib.metadata.version("dp-accounting")]
+    stale = [k for k, sigma in hints.items() if json.loads(k)[:2] != current]
+    assert not stale, f"{len(stale)} stale keys in tests/sigma_hints.json: refresh (WORKSPACE.md)"
+    assert all(isinstance(sigma, float) and sigma > 0 for sigma in hints.values())
