@@ -95,6 +95,13 @@ class PrivacyPlan:
             f"by sampling, {self.accountant.upper()} accountant"
         )
 
+    @property
+    def lots_per_epoch(self) -> float:
+        """Lots in one pass over the data: N / L for Poisson lots (expected), N // L shuffled."""
+        if self.sampling == POISSON:
+            return self.dataset_size / self.expected_lot_size
+        return max(self.steps_per_epoch, 1)
+
     def epochs_started(self, steps_done: int) -> int:
         """Epochs begun after `steps_done` steps (a started epoch counts whole)."""
         return max(1, math.ceil(steps_done / self.steps_per_epoch))

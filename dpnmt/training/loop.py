@@ -221,9 +221,7 @@ def _results(
         "stopped_early": state.stopped_early,
         "steps_done": state.step,
         "train_seconds_this_session": train_seconds if timed else None,
-        "seconds_per_epoch": (
-            train_seconds / timed_lots * max(plan.steps_per_epoch, 1) if timed else None
-        ),
+        "seconds_per_epoch": (train_seconds / timed_lots * plan.lots_per_epoch if timed else None),
         "timing_note": f"means over the first {timed_lots} of this session's "
         f"{lots_this_session} lots: whole windows of at least {MIN_RATE_WINDOW_LOTS} lots, "
         "those of metrics.jsonl's lots/s (None: no window closed); never per lot, and never "

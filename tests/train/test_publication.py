@@ -118,6 +118,13 @@ def test_no_rate_is_written_before_50_lots(run):
     )
     assert ends[-1][1] < results["steps_done"]  # Lots ran after the last window...
     assert results["train_seconds_this_session"] == pytest.approx(window_seconds, rel=1e-6)
+    # An epoch of Poisson lots is N / L lots in expectation, not N // L.
+    report = results["privacy"]
+    assert report["sampling"] == "poisson"
+    epoch_lots = report["dataset_size"] / report["expected_lot_size"]
+    assert results["seconds_per_epoch"] == pytest.approx(
+        window_seconds / ends[-1][1] * epoch_lots, rel=1e-6
+    )
 
 
 def test_private_counts_stay_private_and_the_report_states_its_assumptions(run):
