@@ -179,6 +179,12 @@ def measure_run(run: RunConfig, workdir: str, max_examples: int | None = None) -
         run.model, tokenizer, jax.random.fold_in(jax.random.key(run.seed), 0)
     )
     trained, plan, steps_done = decode.restore_params(run, workdir, initial, iterate=True)
+    # The restored arrays come back committed to their device: the initial ones placed
+    # alike give jit the same signatures, so the programs compiled for the first set
+    # serve the second (the ghost step from the persistent cache, when it is on).
+    initial = jax.tree.map(
+        lambda x, like: jax.device_put(x, like.sharding) if like.committed else x, initial, trained
+    )
     out = {
         "steps_done": steps_done,
         "steps_planned": plan.num_steps,

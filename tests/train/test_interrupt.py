@@ -43,16 +43,22 @@ OVERRIDES = {
     "train.eval_every_steps": 0,
     "train.checkpoint_every_steps": 1000,  # Only the interrupt's and the last.
     "train.log_every_steps": 1,
-    "train.compilation_cache": "off",
     "eval.max_new_tokens": 4,
 }
 
 
 def _env():
+    """The children's environment: one device, XLA's optimizations mostly off (CI time).
+
+    The test checks the interruption and the resume, not numerics: both children
+    compile alike, so the resumed one loads the first one's programs from the
+    tests' compilation cache (`DPNMT_COMPILATION_CACHE`, train.compilation_cache "auto").
+    """
     return dict(
         os.environ,
         PYTHONPATH=str(REPO),
         XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_DISABLE_MOST_OPTIMIZATIONS="1",
     )
 
 

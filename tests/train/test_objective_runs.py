@@ -6,6 +6,7 @@ one."""
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 
 import numpy as np
@@ -134,13 +135,15 @@ def test_a_prefix_lm_split_lies_in_its_fraction_range(tmp_path):
 
 @pytest.mark.slow
 def test_a_resumed_span_corruption_run_equals_the_whole_run(tmp_path):
+    c = mono_config(tmp_path / "mono")
+    # Checkpoints only where a session stops (step 2, the end): the resume still reads one.
+    c.train.checkpoint_every_steps = 1000
     whole, split = tmp_path / "whole", tmp_path / "split"
-    results = loop.train_and_evaluate(RunConfig.of(mono_config(tmp_path / "mono")), str(whole))
-    partial = loop.train_and_evaluate(
-        RunConfig.of(mono_config(tmp_path / "mono")), str(split), stop_after_steps=2
-    )
+    results = loop.train_and_evaluate(RunConfig.of(c), str(whole))
+    partial = loop.train_and_evaluate(RunConfig.of(c), str(split), stop_after_steps=2)
     assert not partial["finished"]
-    resumed = loop.train_and_evaluate(RunConfig.of(mono_config(tmp_path / "mono")), str(split))
+    assert sorted(os.listdir(split / "checkpoints")) == ["2"]  # Resumed from this one.
+    resumed = loop.train_and_evaluate(RunConfig.of(c), str(split))
     assert resumed["finished"] and resumed["steps_done"] == results["steps_done"] >= 4
     a, _, _ = decode_lib.load_trained_params(str(whole))
     b, _, _ = decode_lib.load_trained_params(str(split))
