@@ -41,11 +41,10 @@ if "DPNMT_CACHE_DIR" not in os.environ:
     # run with a kept DPNMT_CACHE_DIR; WORKSPACE.md says how to refresh it): each
     # calibration then proves its hint in two ε evaluations instead of searching
     # (CI time; the same σ, see dpnmt.sigma_hints).
-    os.makedirs(os.path.join(os.environ["DPNMT_CACHE_DIR"], "privacy"))
-    shutil.copyfile(
-        os.path.join(os.path.dirname(__file__), "sigma_hints.json"),
-        os.path.join(os.environ["DPNMT_CACHE_DIR"], "privacy", "sigma_hints.json"),
-    )
+    from dpnmt import sigma_hints  # noqa: E402 - imports no jax.
+
+    os.makedirs(os.path.dirname(sigma_hints.path()))
+    shutil.copyfile(os.path.join(os.path.dirname(__file__), sigma_hints.FILE), sigma_hints.path())
 os.environ.setdefault("DPNMT_COMPILATION_CACHE", os.path.join(os.environ["DPNMT_CACHE_DIR"], "jax"))
 # Every program is cached however fast it compiled (JAX's own variable, read when
 # jax is imported; `compilation_cache.enable` leaves it as set): the suite
