@@ -104,7 +104,7 @@ def test_the_suites_committed_hints_are_for_this_accountant_and_search():
     A stale file costs CI a full σ search per calibration, never a wrong σ: refresh
     it as WORKSPACE.md says when dp-accounting or `sigma_hints._KEY_VERSION` changes.
     """
-    with open(os.path.join(os.path.dirname(__file__), "sigma_hints.json"), encoding="utf-8") as f:
+    with open(os.path.join(os.path.dirname(__file__), sigma_hints.FILE), encoding="utf-8") as f:
         hints = json.load(f)
     assert hints, "tests/sigma_hints.json holds no hint: refresh it (WORKSPACE.md)"
     current = [sigma_hints._KEY_VERSION, importlib.metadata.version("dp-accounting")]
