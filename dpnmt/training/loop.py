@@ -22,7 +22,7 @@ from dpnmt import distributed, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import text_objective
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
-from dpnmt.training import actions, checkpointing, interruption, steps
+from dpnmt.training import actions, checkpointing, interruption, steps, workdir_lock
 from dpnmt.training.lot_runner import LotRunner
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter
 from dpnmt.training.privacy_report import privacy_report
@@ -59,7 +59,17 @@ def train_and_evaluate(
 
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
+
+    Raises:
+      ConfigError: among the config's problems, another process writes `workdir` (it is
+        locked from the checks to the end: `workdir_lock`).
     """
+    with workdir_lock.released_at_exit(workdir):
+        return _train_and_evaluate(config, workdir, stop_after_steps, corpus_transform)
+
+
+def _train_and_evaluate(config, workdir, stop_after_steps, corpus_transform) -> dict:
+    """`train_and_evaluate`'s body (the workdir is locked in `build_run`)."""
     profile = actions.Profile(config.train)
     timer = profile.timer
     run = build_run(config, workdir, corpus_transform=corpus_transform, timer=timer)

@@ -23,7 +23,14 @@ from dpnmt.data import checks as data_checks
 from dpnmt.data import text_objective
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
-from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
+from dpnmt.training import (
+    checkpointing,
+    pieces,
+    preflight,
+    pretrained_privacy,
+    steps,
+    workdir_lock,
+)
 from dpnmt.training.privacy_report import PretrainedClaim, privacy_report
 from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.records import (
@@ -191,6 +198,11 @@ def build_run(
                 run, workdir, load_corpus=pieces.load_corpus, corpus_transform=corpus_transform
             ),
             "validating the config",
+        )
+        # One writer per workdir, from here on (released when `train_and_evaluate` ends).
+        distributed.on_primary(
+            lambda: workdir_lock.acquire(workdir, workdir_lock.this_command()),
+            "locking the workdir",
         )
         distributed.on_primary(
             lambda: run_dir.bind_config(run),
