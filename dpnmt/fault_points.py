@@ -18,7 +18,13 @@ CHECKPOINT_COMMITTED = "checkpoint_committed"  # Orbax committed a step, not yet
 SEED_WRITTEN = "seed_written"  # private/noise_seed created, nothing else of the run yet.
 
 
-def reached(point: str) -> None:
-    """SIGKILLs this process if `$DPNMT_TESTING_ONLY_KILL_AT` names `point`; else nothing."""
-    if os.environ.get(ENV_VAR) == point:
+def reached(point: str, step: int | None = None) -> None:
+    """SIGKILLs this process if `$DPNMT_TESTING_ONLY_KILL_AT` names `point`; else nothing.
+
+    Args:
+      point: where the caller is (one of the names above).
+      step: the lot the point is reached at, if any: `<point>@<step>` kills only there.
+    """
+    wanted = os.environ.get(ENV_VAR)
+    if wanted is not None and wanted in (point, f"{point}@{step}"):
         os.kill(os.getpid(), signal.SIGKILL)
