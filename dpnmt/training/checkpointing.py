@@ -143,10 +143,21 @@ def restore_latest(manager: ocp.CheckpointManager, like: Any) -> tuple[int, Any,
 
 def _read(manager: ocp.CheckpointManager, step: int, read):
     """`read()`, any error it raises as `CheckpointUnreadable` naming the step (one line)."""
+    quiet, absl_logger = _DropReadErrors(), logging.getLogger("absl")
+    absl_logger.addFilter(quiet)  # Orbax logs a failed read's traceback, then raises it.
     try:
         return read()
     except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise many kinds.
         raise CheckpointUnreadable(_workdir(manager), step, error) from error
+    finally:
+        absl_logger.removeFilter(quiet)
+
+
+class _DropReadErrors(logging.Filter):
+    """Drops orbax's error records of a read: the read's own error says it, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
 
 
 def _workdir(manager: ocp.CheckpointManager) -> str:
