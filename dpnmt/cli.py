@@ -2,10 +2,12 @@
 
 `run(main)` replaces `absl.app.run(main)`: a `--config.<field>` naming no field
 fails in one line with the closest field; an `InputError` (a bad input the
-user fixes) prints as one line on stderr with exit status 2, without a
-traceback; any other exception keeps its traceback (it is a bug).
+user fixes), a full disk or an unwritable path prints as one line on stderr
+with exit status 2, without a traceback; any other exception keeps its
+traceback (it is a bug).
 """
 
+import errno
 import logging
 import os
 import sys
@@ -106,8 +108,43 @@ def untimed_logging() -> None:
     absl_logging.get_absl_handler().setFormatter(logging.Formatter(UNTIMED_FORMAT))
 
 
+_FULL = (
+    "free space there (or give a folder on another disk) and rerun the same command: a "
+    "training run resumes from its last checkpoint, and nothing half-written was published"
+)
+_UNWRITABLE = "make it writable (or give another folder) and rerun the same command"
+_DISK_FIXES = {
+    errno.ENOSPC: _FULL,
+    errno.EDQUOT: _FULL,
+    errno.EFBIG: _FULL,
+    errno.EROFS: _UNWRITABLE,
+    errno.EACCES: _UNWRITABLE,
+    errno.EPERM: _UNWRITABLE,
+}
+# Libraries that wrap the OS error in their own (tensorstore, under orbax) keep only its text.
+_DISK_TEXTS = {"No space left on device": _FULL, "Disk quota exceeded": _FULL}
+
+
+def disk_problem(error: BaseException) -> str | None:
+    """One line for a full disk or an unwritable path anywhere in `error`'s chain, else None."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DISK_FIXES:
+            where = seen.filename if seen.filename is not None else "a file"
+            return f"{where}: {seen.strerror}; {_DISK_FIXES[seen.errno]}."
+        seen = seen.__cause__ or seen.__context__
+    for text, fix in _DISK_TEXTS.items():
+        if text in str(error):
+            first = str(error).strip().splitlines()[0][:300]
+            return f"{text} ({type(error).__name__}: {first}); {fix}."
+    return None
+
+
 def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
-    """`main` with quiet logs, and an `InputError` printed as one line (exit status 2)."""
+    """`main` with quiet logs; an `InputError`, a full disk or an unwritable path as one line.
+
+    Each exits with status 2 and no traceback; any other exception keeps its traceback.
+    """
 
     def guarded(argv):
         setup_logging()  # Before JAX starts logging; the app may narrow it.
@@ -115,6 +152,11 @@ def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
             return main(argv)
         except InputError as error:
             fail(str(error))
+        except Exception as error:
+            problem = disk_problem(error)
+            if problem is None:
+                raise
+            fail(problem)
 
     return guarded
 

@@ -7,6 +7,10 @@ prefix, languages, lengths; and under "privacy" the run's privacy report, which
 a run fine-tuning the export reads: `training.pretrained_privacy`) and the
 model card `README.md`. It reads the run's
 `config.json`, `results.json`, vocabulary and latest checkpoint, never `private/`.
+The folder is built beside `--out` and renamed into place (`atomic_file.folder_built_beside`):
+a kill leaves no model without its `dpnmt.json`, and the transformers `config.json` is
+marked (`models.export_record`) so that a copy left without it is refused as a start and by
+`load_translator`.
 `load_translator` opens either a run or such a folder for `dpnmt.translate`.
 """
 
@@ -18,13 +22,14 @@ import os
 import sys
 from typing import Any
 
-from dpnmt import model_card
+from dpnmt import atomic_file, fault_points, model_card
 from dpnmt.config import DataConfig, EvalConfig, ModelConfig
 from dpnmt.data import corpus_record, hf_tokenizer, text_objective, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
 from dpnmt.evaluation import decode as decode_lib
+from dpnmt.models import export_record
 from dpnmt.training import pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir, write_json
@@ -96,7 +101,8 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
     Raises:
         ConfigError: Neither or both given.
         MissingInputError: `workdir` is no folder or holds no finished or checkpointed
-            run; `model_dir` looks like a path and is no folder.
+            run; `model_dir` looks like a path and is no folder, or is a dpnmt export
+            without its `dpnmt.json` (`models.export_record`).
         ModelUnavailableError: `model_dir` is no folder and not downloadable as a hub id.
     """
     if (workdir is None) == (model_dir is None):
@@ -107,6 +113,9 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(run, workdir)
         settings = _settings(run.data, run.model, run.eval)
     else:
+        lost = export_record.missing_record_problem(model_dir, "--model")
+        if lost is not None:  # Served silently, its guarantee would be unknown.
+            raise MissingInputError(lost)
         settings = {}
         path = os.path.join(model_dir, SETTINGS_FILE)
         if os.path.isfile(path):
@@ -238,8 +247,6 @@ def export_run(workdir: str, out_dir: str) -> str:
             pretrained=pretrained_privacy.recorded_claim(run, workdir),
             example=text_objective.example_unit(run.data),
         ).to_json()
-    export.save_pretrained(params, model_config, out_dir)
-    hf_tokenizer.save_tokenizer(tokenizer, out_dir)
     # The privacy record travels with the model: a run fine-tuning it composes it.
     # And its training corpora: a run declaring its data disjoint is refused if they are its own.
     settings = {
@@ -247,10 +254,15 @@ def export_run(workdir: str, out_dir: str) -> str:
         pretrained_privacy.PRIVACY_KEY: privacy,
         corpus_record.KEY: corpus_record.training_corpora(run),
     }
-    write_json(os.path.join(out_dir, SETTINGS_FILE), settings)
     card = model_card.render(run, privacy, results, steps_done=steps_done)
-    with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:
-        f.write(card)
+    # Built beside --out and renamed into place: a kill leaves no model without its record.
+    with atomic_file.folder_built_beside(out_dir) as building:
+        export.save_pretrained(params, model_config, building)
+        export_record.mark(building)  # Its config.json says a dpnmt.json belongs beside it.
+        hf_tokenizer.save_tokenizer(tokenizer, building)
+        fault_points.reached(fault_points.EXPORT_WEIGHTS_WRITTEN)
+        write_json(os.path.join(building, SETTINGS_FILE), settings)
+        atomic_file.write_atomic(os.path.join(building, CARD_FILE), card)
     return card
 
 

@@ -3,10 +3,15 @@ r"""Trains a DP seq2seq translation model.
     python -m dpnmt.train --config=configs/tiny.py:eps8 --workdir=runs/tiny
     python -m dpnmt.train --workdir=runs/tiny    # resumes: the run's own config.json
 
-Ctrl-C finishes the lot in progress, commits a checkpoint of the state after
-it, prints the command that resumes it and exits with status 130 (a second
-Ctrl-C stops at once; the lot is then redone on resume). A finished run ends
-with a few lines for a person: ε, test scores, where the files are.
+Ctrl-C or SIGTERM (what SLURM, Kubernetes and systemd send) finishes the lot
+in progress, commits a checkpoint of the state after it, prints the command
+that resumes it and exits with status 128 + the signal: 130 for Ctrl-C, 143
+for SIGTERM (a second signal stops at once; the lot is then redone on resume;
+before the first lot, one signal stops at once). A kill -9 keeps every
+committed checkpoint (rerun to resume); a full disk or an unwritable folder
+ends in one line naming the path (exit status 2). A second process on the same
+--workdir is refused in one line naming the first. A finished run ends with a
+few lines for a person: ε, test scores, where the files are.
 
 The logic lives in `dpnmt.training.loop` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
@@ -28,6 +33,7 @@ auto, off or a folder; `dpnmt.training.compilation_cache`), and
 import logging
 import os
 import shlex
+import signal
 import sys
 
 from absl import app, flags
@@ -36,7 +42,7 @@ from ml_collections import config_flags
 from dpnmt import cli
 from dpnmt.errors import ConfigError
 
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C.
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C; SIGTERM: 143.
 # `--config=<this>:<workdir>` reads a run's config.json (`--workdir` alone resumes).
 _WORKDIR_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(cli.__file__)), "config", "from_workdir.py"
@@ -72,6 +78,7 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
 def main(argv):
     """Runs `loop.train_and_evaluate` with the flags' config and workdir; Ctrl-C: exit 130."""
     cli.untimed_logging()  # A private run's log is published: no line may time a few lots.
+    signal.signal(signal.SIGTERM, _terminated)  # As Ctrl-C: one line, not a silent death.
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _CONFIG.value is None:  # No config.json to resume from either (`_parse_flags`).
@@ -112,24 +119,32 @@ def _train() -> dict:
     return loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM before the lots (the loop's `StopRequest` handles it during them)."""
+    from dpnmt.training import interruption  # noqa: PLC0415
+
+    raise interruption.Stopped(signum)
+
+
 def _resume_command() -> str:
     """The command that was run (it resumes), with `python -m` as the interpreter."""
     return shlex.join(["python", "-m", "dpnmt.train", *sys.argv[1:]])
 
 
 def _interrupted(stop: KeyboardInterrupt) -> None:
-    """One line saying where the run stopped and how to resume it; exit status 130."""
+    """One line saying where the run stopped and how to resume it; exit status 128 + signal."""
     from dpnmt import distributed  # noqa: PLC0415
     from dpnmt.training import interruption  # noqa: PLC0415
     from dpnmt.training.run_dir import RunDir  # noqa: PLC0415
 
+    status = 128 + getattr(stop, "signum", signal.SIGINT)  # 130: Ctrl-C, 143: SIGTERM.
     if isinstance(stop, interruption.TrainingInterrupted):
         line = (
             f"Interrupted at lot {stop.step} of {stop.num_steps}; the same command resumes from "
             f"lot {stop.step} (checkpoint saved): {_resume_command()}"
         )
         if not distributed.is_primary():  # Initialised: process 0 alone says it.
-            sys.exit(INTERRUPTED_EXIT_CODE)
+            sys.exit(status)
     else:  # Before the lots began, or a second Ctrl-C: the lot in progress is not saved.
         step = RunDir(_WORKDIR.value).committed_step()
         start = "the start" if step is None else f"lot {step} (its last checkpoint)"
@@ -138,7 +153,7 @@ def _interrupted(stop: KeyboardInterrupt) -> None:
             f"from {start}: {_resume_command()}"
         )
     print(f"{cli.program_name()}: {line}", file=sys.stderr, flush=True)
-    sys.exit(INTERRUPTED_EXIT_CODE)
+    sys.exit(status)
 
 
 def _given(argv, name: str) -> str | None:

@@ -24,7 +24,17 @@ LAYERS = (
     # The pure DP-SGD library: imports no other part of dpnmt (checked below).
     ("core", ("dpnmt.core", "dpnmt.core.*")),
     # Leaves every layer may use: the package, error collection, atomic writes, the cache folder.
-    ("base", ("dpnmt", "dpnmt.errors", "dpnmt.atomic_file", "dpnmt.cache_dir", "dpnmt.manifest")),
+    (
+        "base",
+        (
+            "dpnmt",
+            "dpnmt.errors",
+            "dpnmt.atomic_file",
+            "dpnmt.cache_dir",
+            "dpnmt.fault_points",
+            "dpnmt.manifest",
+        ),
+    ),
     # The ConfigDict edge (`config_lib` builds it) and the typed sections.
     ("config", ("dpnmt.config", "dpnmt.config.*", "dpnmt.config_lib")),
     # One job each, given a section or plain values: corpora and tokenizers,

@@ -84,6 +84,49 @@ def test_an_input_error_in_an_app_exits_2_in_one_line(capsys):
     )
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
+    from dpnmt.training.metrics import MetricsWriter  # noqa: PLC0415 - tensorboardX.
+
+    os.symlink("/dev/full", tmp_path / "metrics.jsonl")  # Every write: ENOSPC from the OS.
+
+    def main(argv):
+        MetricsWriter(str(tmp_path)).write(1, {"privacy/epsilon_spent": 0.5})
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.guard(main)(["dpnmt.train"])
+    assert exit_info.value.code == cli.USAGE_EXIT_CODE
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "No space left on device; free space there" in line
+    assert "rerun the same command" in line
+
+    def wrapped(argv):  # As tensorstore reports it under orbax: the OS error's text only.
+        raise ValueError('Error writing "state/x/0": [UNKNOWN: No space left on device]')
+
+    with pytest.raises(SystemExit):
+        cli.guard(wrapped)(["dpnmt.train"])
+    assert capsys.readouterr().err.strip().count("No space left on device") == 2
+
+
+def test_an_unwritable_folder_is_one_line_and_other_errors_keep_their_traceback(capsys):
+    def main(argv):
+        raise PermissionError(13, "Permission denied", "/data/run/results.json")
+
+    with pytest.raises(SystemExit):
+        cli.guard(main)(["dpnmt.train"])
+    line = capsys.readouterr().err.strip()
+    assert line.endswith(
+        ": /data/run/results.json: Permission denied; make it writable (or give another folder) "
+        "and rerun the same command."
+    )
+
+    def bug(argv):
+        raise FileNotFoundError(2, "No such file or directory", "x")
+
+    with pytest.raises(FileNotFoundError):
+        cli.guard(bug)(["dpnmt.train"])
+
+
 def test_decode_warns_when_the_run_has_not_finished(tmp_path, caplog):
     from dpnmt.evaluation import decode as decode_lib
 

@@ -8,6 +8,7 @@ translate a file with `dpnmt.translate`.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -16,9 +17,10 @@ import pytest
 import torch
 import transformers
 
-from dpnmt import release
+from dpnmt import fault_points, release
 from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
+from dpnmt.errors import MissingInputError
 from dpnmt.training import loop, pieces
 from tests.markers import needs_data
 from tests.small_configs import small_config
@@ -50,8 +52,8 @@ def run(tmp_path_factory):
     return workdir, out, card
 
 
-def _app(*args, stdin=None):
-    env = dict(os.environ, PYTHONPATH=REPO)
+def _app(*args, stdin=None, env=None):
+    env = dict(os.environ, PYTHONPATH=REPO, **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", *args],
         capture_output=True,
@@ -241,8 +243,54 @@ def test_decode_and_export_report_the_pretrained_claim_recorded_at_start(run, tm
     assert "has no pretrained.json" in caplog.text
 
 
+def _refusals(folder) -> tuple[str, str]:
+    """(a private run's one-line refusal of `folder` as its start, translate's)."""
+    from dpnmt.training import pretrained_privacy  # noqa: PLC0415 - reads the starting model.
+
+    config = small_config("eps8")
+    config.model.name_or_path = str(folder)
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
+    with pytest.raises(MissingInputError) as refused:
+        release.load_translator(model_dir=str(folder))
+    return problem, str(refused.value)
+
+
+def test_an_export_without_its_record_is_no_start_and_translates_nothing(run, tmp_path):
+    _, out, _ = run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("dpnmt.json"))
+    for line in _refusals(copy):
+        assert "is a dpnmt export without its privacy record (dpnmt.json" in line
+        assert "\n" not in line and "python -m dpnmt.export" in line
+    # The whole export is read as one (its record: ε = ∞ here, the test's fixed seed).
+    from dpnmt.training import pretrained_privacy  # noqa: PLC0415 - reads the starting model.
+
+    config = small_config("eps8")
+    config.model.name_or_path = str(out)
+    claim = pretrained_privacy.pretrained_claim(RunConfig.of(config), refuse=False)
+    assert claim.dpnmt_export and claim.record is not None
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
+    assert "without its privacy record" not in problem
+
+
 def test_the_export_app_prints_one_line_without_library_logs(run, tmp_path):
     workdir, _, _ = run
+    # Killed (kill -9) after the weights, before dpnmt.json: --out is not there at all,
+    # and what the kill left is refused as a start and by translate.
+    killed = _app(
+        "dpnmt.export",
+        f"--workdir={workdir}",
+        f"--out={tmp_path / 'model'}",
+        env={fault_points.ENV_VAR: fault_points.EXPORT_WEIGHTS_WRITTEN},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-4000:]
+    assert not (tmp_path / "model").exists()
+    (left,) = tmp_path.iterdir()  # Hidden: never published, nor mistaken for the model.
+    assert left.name.startswith(".tmp-model-") and not (left / "dpnmt.json").exists()
+    assert (left / "model.safetensors").exists()
+    for line in _refusals(left):
+        assert "is a dpnmt export without its privacy record" in line
+    # The same command again exports the run whole.
     result = _app("dpnmt.export", f"--workdir={workdir}", f"--out={tmp_path / 'model'}")
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.startswith(f"Exported {workdir} to {tmp_path / 'model'}")

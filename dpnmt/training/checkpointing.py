@@ -28,8 +28,9 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
-from dpnmt import distributed, privacy
+from dpnmt import atomic_file, distributed, fault_points, privacy
 from dpnmt.training import run_dir as run_dir_lib
+from dpnmt.training.checkpoint_recovery import CheckpointUnreadable
 from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
 from dpnmt.training.state import BestScore, LoopState, Validation
 
@@ -78,7 +79,20 @@ def save(
         manager.wait_until_finished()
     finally:
         absl_logger.removeFilter(quiet)
+    fault_points.reached(fault_points.CHECKPOINT_COMMITTED, step)
     if distributed.is_primary():  # Every process has committed: orbax synced them.
+        scrub(str(manager.directory), step, timeless=timeless)
+
+
+def scrub_kept(manager: ocp.CheckpointManager, *, timeless: bool) -> None:
+    """`scrub`s every kept checkpoint: at each start, for a session killed before its scrub.
+
+    Orbax publishes a step by renaming it into place and only then can it be
+    scrubbed: a kill in between leaves a local path and, in a private run, its
+    times (a finished run's last checkpoint would keep them for good). Every
+    start (process 0, the workdir locked) scrubs them before anything else.
+    """
+    for step in manager.all_steps():
         scrub(str(manager.directory), step, timeless=timeless)
 
 
@@ -96,8 +110,8 @@ def scrub(directory: str, step: int, *, timeless: bool) -> None:
     for folder, _, files in os.walk(step_dir):
         if _COMMIT_FILE in files:  # Orbax checks that it exists, not what it says.
             name = os.path.relpath(folder, workdir)
-            with open(os.path.join(folder, _COMMIT_FILE), "w") as f:
-                f.write(f"Checkpoint commit was successful to {name}")
+            text = f"Checkpoint commit was successful to {name}"
+            atomic_file.write_atomic(os.path.join(folder, _COMMIT_FILE), text)
     if not timeless:
         return
     path = os.path.join(step_dir, _STEP_METADATA_FILE)
@@ -105,8 +119,7 @@ def scrub(directory: str, step: int, *, timeless: bool) -> None:
         with open(path) as f:
             metadata = json.load(f)
         metadata.update(dict.fromkeys(_TIMESTAMP_FIELDS))  # None: orbax reads it as unknown.
-        with open(path, "w") as f:
-            json.dump(metadata, f)
+        atomic_file.write_atomic(path, json.dumps(metadata))  # A kill: the old or the new.
     for folder, dirs, files in os.walk(directory):
         for name in dirs + files:
             os.utime(os.path.join(folder, name), (0, 0), follow_symlinks=False)
@@ -123,11 +136,32 @@ def restore_latest(manager: ocp.CheckpointManager, like: Any) -> tuple[int, Any,
     step = manager.latest_step()
     if step is None:
         return None
-    restored = manager.restore(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardRestore(like), meta=ocp.args.JsonRestore()),
-    )
+    args = ocp.args.Composite(state=ocp.args.StandardRestore(like), meta=ocp.args.JsonRestore())
+    restored = _read(manager, step, lambda: manager.restore(step, args=args))
     return step, restored["state"], restored["meta"]
+
+
+def _read(manager: ocp.CheckpointManager, step: int, read):
+    """`read()`, any error it raises as `CheckpointUnreadable` naming the step (one line)."""
+    quiet, absl_logger = _DropReadErrors(), logging.getLogger("absl")
+    absl_logger.addFilter(quiet)  # Orbax logs a failed read's traceback, then raises it.
+    try:
+        return read()
+    except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise many kinds.
+        raise CheckpointUnreadable(_workdir(manager), step, error) from error
+    finally:
+        absl_logger.removeFilter(quiet)
+
+
+class _DropReadErrors(logging.Filter):
+    """Drops orbax's error records of a read: the read's own error says it, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def _workdir(manager: ocp.CheckpointManager) -> str:
+    return os.path.dirname(os.path.normpath(str(manager.directory)))
 
 
 def save_state(
@@ -211,7 +245,11 @@ def saved_plan(
 
 def restore_meta(manager: ocp.CheckpointManager, step: int) -> dict:
     """The JSON meta of the checkpoint at `step` alone (no arrays read)."""
-    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+    meta = _read(manager, step, lambda: manager.restore(step, args=args)["meta"])
+    if not isinstance(meta, dict) or "plan" not in meta:
+        raise CheckpointUnreadable(_workdir(manager), step, "its metadata holds no privacy plan")
+    return meta
 
 
 # How far a kept σ may be from this code's: the searches agree within their tolerance
@@ -306,7 +344,7 @@ AVERAGE = "average"  # The checkpoint's item for `LoopState.average` (train.ema_
 
 def has_average(manager: ocp.CheckpointManager, step: int) -> bool:
     """Whether the checkpoint at `step` holds a parameter average (`AVERAGE`)."""
-    return AVERAGE in manager.item_metadata(step)["state"].keys()
+    return AVERAGE in _read(manager, step, lambda: manager.item_metadata(step)["state"].keys())
 
 
 def arrays_of(state: LoopState) -> dict:

@@ -22,7 +22,8 @@ from dpnmt import distributed, models, privacy
 from dpnmt.config import RunConfig
 from dpnmt.data import text_objective
 from dpnmt.evaluation.evaluator import EvalSettings, Evaluator
-from dpnmt.training import actions, checkpointing, interruption, steps
+from dpnmt.training import actions, checkpointing, interruption, steps, workdir_lock
+from dpnmt.training.checkpoint_recovery import CheckpointUnreadable, read_newest
 from dpnmt.training.lot_runner import LotRunner
 from dpnmt.training.metrics import MIN_RATE_WINDOW_LOTS, MetricsWriter
 from dpnmt.training.privacy_report import privacy_report
@@ -59,7 +60,17 @@ def train_and_evaluate(
 
     Returns:
       The results dict (process 0 also writes it to `workdir/results.json`).
+
+    Raises:
+      ConfigError: among the config's problems, another process writes `workdir` (it is
+        locked from the checks to the end: `workdir_lock`).
     """
+    with workdir_lock.released_at_exit(workdir):
+        return _train_and_evaluate(config, workdir, stop_after_steps, corpus_transform)
+
+
+def _train_and_evaluate(config, workdir, stop_after_steps, corpus_transform) -> dict:
+    """`train_and_evaluate`'s body (the workdir is locked in `build_run`)."""
     profile = actions.Profile(config.train)
     timer = profile.timer
     run = build_run(config, workdir, corpus_transform=corpus_transform, timer=timer)
@@ -68,7 +79,7 @@ def train_and_evaluate(
     state = _resume(run, lots)
     lots.derive_keys()
     evaluator = _evaluator(config, run, timer)
-    writer = _metrics_writer(workdir, plan.private)
+    writer = _metrics_writer(workdir, plan.private, state.step if run.files.resuming else None)
     every = config.eval_every_steps(plan.num_steps)
     validate = actions.Validate(
         config.train, every, run.privacy, evaluator, lots.frozen, writer, timer
@@ -119,15 +130,24 @@ def _resume(run: RunPieces, lots: LotRunner) -> LoopState:
     state = lots.place(LoopState.initial(run.model.trainable, run.step.opt_state, average=average))
     if not run.files.resuming:
         return state
-    state = checkpointing.restore_state(
-        run.files.manager,
-        state,
-        noise_seed=run.secrets.noise_seed,
-        run_id=run.files.run_id,
-        run_dir=run.files.run_dir,
-        plan=run.privacy.plan,
-    )
-    run.step.lots.load_state_dict(run.files.run_dir.load_sampler_state(state.step))
+    files = run.files
+
+    def read() -> tuple[LoopState, dict]:
+        restored = checkpointing.restore_state(
+            files.manager,
+            state,
+            noise_seed=run.secrets.noise_seed,
+            run_id=files.run_id,
+            run_dir=files.run_dir,
+            plan=run.privacy.plan,
+        )
+        try:
+            return restored, files.run_dir.load_sampler_state(restored.step)
+        except (OSError, ValueError) as error:  # Missing or cut short: the step is unreadable.
+            raise CheckpointUnreadable(files.run_dir.path, restored.step, error) from error
+
+    state, sampler_state = read_newest(files.manager, files.run_dir, read, run.config.dp)
+    run.step.lots.load_state_dict(sampler_state)
     logging.info("Resumed from step %d.", state.step)
     return lots.place(state)
 
@@ -181,11 +201,11 @@ def objective_json(data) -> dict:
     }
 
 
-def _metrics_writer(workdir: str, private: bool):
+def _metrics_writer(workdir: str, private: bool, resumed_step: int | None):
     """Process 0 writes metrics.jsonl and TensorBoard events; the other processes nothing."""
     if not distributed.is_primary():
         return distributed.NullWriter()
-    return MetricsWriter(workdir, private=private)
+    return MetricsWriter(workdir, private=private, resumed_step=resumed_step)
 
 
 def _results(

@@ -11,7 +11,7 @@ import math
 import os
 import time
 
-from dpnmt import privacy
+from dpnmt import atomic_file, privacy
 from dpnmt.training.run_dir import METRICS_FILE, RunDir
 
 MIN_RATE_WINDOW_LOTS = 50
@@ -107,7 +107,14 @@ class MetricsWriter:
     (`RunDir.new_tensorboard_file`); every event carries one wall time.
     """
 
-    def __init__(self, workdir: str, *, private: bool = True):
+    def __init__(self, workdir: str, *, private: bool = True, resumed_step: int | None = None):
+        """Opens both outputs; a resumed session first cuts metrics.jsonl to `resumed_step`.
+
+        The rows a killed session wrote after its last checkpoint are written again
+        when its lots are redone: kept, each such step would appear twice.
+        """
+        if resumed_step is not None:
+            keep_rows_through(os.path.join(workdir, METRICS_FILE), resumed_step)
         # Deferred: only the app writes events.
         from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
         from tensorboardX.proto.summary_pb2 import Summary  # noqa: PLC0415
@@ -144,3 +151,19 @@ class MetricsWriter:
         """Flushes and closes both outputs."""
         self._jsonl.close()
         self._tensorboard.close()
+
+
+def keep_rows_through(path: str, step: int) -> None:
+    """Rewrites metrics.jsonl (atomically) without its rows after `step` or cut short by a kill."""
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("step", 0) <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    atomic_file.write_atomic(path, "".join(kept))

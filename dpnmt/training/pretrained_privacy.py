@@ -241,6 +241,11 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     except RecordUnreadable as error:
         return _unreadable(name, declared, run.dp.enabled, error, shared_unit(run))
     if not is_export:
+        from dpnmt.models import export_record  # noqa: PLC0415 - flax only when needed.
+
+        lost = export_record.missing_record_problem(name, "model.name_or_path")
+        if lost is not None:  # Any run: its ε would be dropped, never composed.
+            return PretrainedClaim(True, True, declared, math.inf, None, _UNBOUNDED), lost
         note = (
             f"not a dpnmt export (no {SETTINGS_FILE} privacy record): its own training data "
             "are outside this report"

@@ -128,8 +128,7 @@ class RunDir:
             with open(self.config_path) as f:
                 if json.load(f) == resolved:
                     return
-        with open(self.config_path, "w") as f:
-            json.dump(resolved, f, indent=2, sort_keys=True)
+        atomic_file.write_atomic(self.config_path, json.dumps(resolved, indent=2, sort_keys=True))
 
     def committed_step(self) -> int | None:
         """The step of the latest committed checkpoint, or None when there is none.
@@ -225,48 +224,45 @@ class RunDir:
 
         It derives the noise keys, the Poisson sampler's seed and the vocabulary's
         noise. Anyone who has it can subtract the noise: never publish `private/`.
-        Nothing published holds it or anything derived from it.
+        Nothing published holds it or anything derived from it. Created once and
+        whole (`atomic_file.create_exclusive`): of two processes starting at once,
+        both get the one seed written first; it is never overwritten.
         """
         path = self.private_file(NOISE_SEED_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                seed = int(f.read())
-            if config.noise_seed is not None and int(config.noise_seed) != seed:
+        if not os.path.exists(path):
+            if resuming:
                 raise ValueError(
-                    f"config.noise_seed differs from the seed in {path}; drop "
-                    "--config.noise_seed to resume, or use a new --workdir."
+                    f"{self.path} has checkpoints but no {path}; cannot resume safely."
                 )
-            return seed
-        if resuming:
-            raise ValueError(f"{self.path} has checkpoints but no {path}; cannot resume safely.")
-        seed = config.noise_seed if config.noise_seed is not None else core.fresh_seed()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(str(seed))
+            seed = config.noise_seed if config.noise_seed is not None else core.fresh_seed()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_file.create_exclusive(path, str(seed))
+        seed = _read_number(path, "the run's secret noise seed")
+        if config.noise_seed is not None and int(config.noise_seed) != seed:
+            raise ValueError(
+                f"config.noise_seed differs from the seed in {path}; drop "
+                "--config.noise_seed to resume, or use a new --workdir."
+            )
         return seed
 
     def run_id(self) -> int:
         """A random 128-bit nonce in `private/run_id`, drawn once; checkpoints record it.
 
         It ties a checkpoint to this workdir's private records without publishing
-        anything derived from the seed (it is independent of the seed).
+        anything derived from the seed (it is independent of the seed). Created
+        once and whole, like the seed.
         """
         path = self.private_file(RUN_ID_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                return int(f.read())
-        value = core.fresh_seed()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(str(value))
-        return value
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_file.create_exclusive(path, str(core.fresh_seed()))
+        return _read_number(path, "the run id that binds its checkpoints")
 
     def count_session(self) -> int:
         """How many sessions this workdir has run (0 for the first), counted in private/."""
         path = self.private_file(SESSIONS_FILE)
-        count = int(open(path).read()) if os.path.exists(path) else 0
-        with open(path, "w") as f:
-            f.write(str(count + 1))
+        count = _read_number(path, "the session counter") if os.path.exists(path) else 0
+        atomic_file.write_atomic(path, str(count + 1))
         return count
 
     def sampler_path(self, step: int) -> str:
@@ -279,8 +275,7 @@ class RunDir:
         out = dict(state)
         if out.get("generator_state") is not None:
             out["generator_state"] = np.asarray(out["generator_state"], np.uint8).tolist()
-        with open(self.sampler_path(step), "w") as f:
-            json.dump(out, f)
+        atomic_file.write_atomic(self.sampler_path(step), json.dumps(out))
 
     def load_sampler_state(self, step: int) -> dict:
         """The sampler state saved with the checkpoint at `step`."""
@@ -289,6 +284,24 @@ class RunDir:
         if out.get("generator_state") is not None:
             out["generator_state"] = np.asarray(out["generator_state"], np.uint8)
         return out
+
+
+def _read_number(path: str, what: str) -> int:
+    """The integer `path` holds, or one line naming the file and the fix.
+
+    Raises:
+      InputError: the file is empty or not a number (cut short, or edited).
+    """
+    with open(path) as f:
+        text = f.read()
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(
+            f"{path} holds {what} but is not a number ({text[:20]!r}: cut short by a kill of "
+            "an older dpnmt, or edited); restore it from a copy of the workdir, or start a "
+            "new --workdir (a new seed would be a second, unaccounted run on the same data)."
+        ) from None
 
 
 # A learnt vocabulary depends on these (prefixes end in "."): the train text

@@ -23,7 +23,15 @@ from dpnmt.data import checks as data_checks
 from dpnmt.data import text_objective
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation.evaluator import tokenized_examples
-from dpnmt.training import checkpointing, pieces, preflight, pretrained_privacy, steps
+from dpnmt.training import (
+    checkpoint_recovery,
+    checkpointing,
+    pieces,
+    preflight,
+    pretrained_privacy,
+    steps,
+    workdir_lock,
+)
 from dpnmt.training.privacy_report import PretrainedClaim, privacy_report
 from dpnmt.training.profile import PhaseTimer
 from dpnmt.training.records import (
@@ -192,11 +200,20 @@ def build_run(
             ),
             "validating the config",
         )
+        # One writer per workdir, from here on (released when `train_and_evaluate` ends).
+        distributed.on_primary(
+            lambda: workdir_lock.acquire(workdir, workdir_lock.this_command()),
+            "locking the workdir",
+        )
         distributed.on_primary(
             lambda: run_dir.bind_config(run),
             "checking the workdir's config",
         )
         manager = checkpointing.make_manager(workdir)
+        distributed.on_primary(  # A session killed between a commit and its scrub.
+            lambda: checkpointing.scrub_kept(manager, timeless=run.dp.enabled),
+            "scrubbing the kept checkpoints",
+        )
         resuming = manager.latest_step() is not None
         if run.dp.enabled and run.dp.target_epsilon is None and run.dp.noise_multiplier is None:
             raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
@@ -269,9 +286,15 @@ def build_run(
             num_groups=None if train_groups is None else len(set(train_groups)),
         )
         if resuming:  # The run's own σ, before the step is built with it.
+            saved = checkpoint_recovery.read_newest(  # An unreadable newest one: one line.
+                manager,
+                run_dir,
+                lambda: checkpointing.saved_plan(manager, noise_seed, run_id, workdir),
+                run.dp,
+            )
             plan = checkpointing.resumed_plan(
                 plan,
-                checkpointing.saved_plan(manager, noise_seed, run_id, workdir),
+                saved,
                 run.dp.target_epsilon if run.dp.calibrates_noise else None,
                 workdir,
             )

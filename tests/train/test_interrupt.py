@@ -62,16 +62,21 @@ def _env():
     )
 
 
-def _interrupt_when(command, cwd, marker: str) -> tuple[int, str]:
-    """Runs `command`, sends SIGINT once `marker` is in its output; (exit status, output)."""
+def _interrupt_when(command, cwd, marker: str, sent=signal.SIGINT, env=None) -> tuple[int, str]:
+    """Runs `command`, sends `sent` once `marker` is in its output; (exit status, output)."""
     process = subprocess.Popen(
-        command, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        cwd=cwd,
+        env=env or _env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines = []
     for line in process.stdout:
         lines.append(line)
         if marker in line:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(sent)
             break
     lines.extend(process.stdout)
     return process.wait(timeout=600), "".join(lines)
@@ -105,3 +110,22 @@ def test_ctrl_c_saves_the_lot_boundary_and_the_workdir_alone_resumes(tmp_path):
     assert f"Resumed from step {step}." in done.stderr
     assert f"Stopped after step {step + 2} of 112" in done.stderr
     assert str(step + 2) in os.listdir(tmp_path / "run" / "checkpoints")
+
+
+def test_sigterm_takes_the_ctrl_c_path_in_the_lots_and_before_them(tmp_path):
+    config = str(REPO / "configs" / "tiny.py")
+    flags = [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
+    command = [sys.executable, "-m", "dpnmt.train", f"--config={config}:eps8", "--workdir=run"]
+    # Before the lots (the plan is logged before the model is built): stops at once, one line.
+    status, output = _interrupt_when([*command, *flags], tmp_path, "Privacy plan:", signal.SIGTERM)
+    assert status == 143, output[-4000:]
+    assert "Traceback" not in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("dpnmt.train: Interrupted; nothing after the last checkpoint is kept")
+    # In the lots: the lot finishes, its checkpoint is committed, exit 128 + SIGTERM.
+    status, output = _interrupt_when([*command, *flags], tmp_path, "step 3/", signal.SIGTERM)
+    assert status == 143 and "Traceback" not in output, output[-4000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("dpnmt.train: Interrupted at lot "), output[-4000:]
+    step = int(last.split("Interrupted at lot ")[1].split()[0])
+    assert os.listdir(tmp_path / "run" / "checkpoints") == [str(step)]

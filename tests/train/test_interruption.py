@@ -32,3 +32,17 @@ def test_without_a_sigint_the_loop_is_never_stopped():
     with interruption.StopRequest() as stop:
         assert not any(stop.agree() for _ in range(25))
     stop.raise_if_stopping(25, 25)  # Nothing raised.
+
+
+def test_sigterm_asks_as_ctrl_c_does_and_a_second_signal_stops_at_once():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with interruption.StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # What SLURM, Kubernetes and systemd send.
+        assert stop.agree() and stop.stopping
+        with pytest.raises(interruption.Stopped) as second:
+            _ctrl_c()
+        assert second.value.signum == signal.SIGINT
+    assert {s: signal.getsignal(s) for s in before} == before
+    with pytest.raises(interruption.TrainingInterrupted) as stopped:
+        stop.raise_if_stopping(3, 10)
+    assert stopped.value.signum == signal.SIGTERM  # dpnmt.train exits 128 + 15.

@@ -1,0 +1,68 @@
+"""Whether a model folder is a dpnmt export that lost its privacy record (`dpnmt.json`).
+
+`dpnmt.export` marks the transformers `config.json` it writes with
+`MARKER_KEY`: the model's own files then say that a `dpnmt.json` (its privacy
+record) belongs beside them. A folder so marked without that file (a copy
+that left it out, an export killed by code older than the atomic export, a
+hand-made folder) is never a valid start: fine-tuning it would drop the
+export's ε, and translating with it would serve a model whose guarantee is
+unknown. Light: only `json` and `os`, and `models.pretrained.find_file` when
+asked about a hub id.
+"""
+
+import json
+import os
+
+MARKER_KEY = "dpnmt_privacy_record"  # In config.json: the file that holds the record.
+RECORD_FILE = "dpnmt.json"  # `training.pretrained_privacy.SETTINGS_FILE`.
+MODEL_CONFIG_FILE = "config.json"
+
+
+def mark(folder: str) -> None:
+    """Adds `MARKER_KEY` to `folder/config.json` (written by `models.export.save_pretrained`)."""
+    from dpnmt import atomic_file  # noqa: PLC0415 - the base layer; kept beside its one use.
+
+    path = os.path.join(folder, MODEL_CONFIG_FILE)
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    config[MARKER_KEY] = RECORD_FILE
+    atomic_file.write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _marked(config_path: str | None) -> bool:
+    if config_path is None:
+        return False
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(config, dict) and MARKER_KEY in config
+
+
+def missing_record_problem(name_or_path: str, flag: str) -> str | None:
+    """One line refusing `name_or_path` when it is a dpnmt export without its `dpnmt.json`.
+
+    Args:
+      name_or_path: a model folder or hub id (as `model.name_or_path` or `--model`).
+      flag: how the user gave it, for the message (e.g. "model.name_or_path").
+
+    Returns:
+      The refusal, or None: not marked as a dpnmt export, or its record is there,
+      or whether it is cannot be read (the callers' own checks say so).
+    """
+    from dpnmt.models.pretrained import find_file  # noqa: PLC0415 - flax only when needed.
+
+    try:
+        if find_file(name_or_path, RECORD_FILE) is not None:
+            return None
+        marked = _marked(find_file(name_or_path, MODEL_CONFIG_FILE))
+    except (OSError, ValueError):
+        return None
+    if not marked:
+        return None
+    return (
+        f"{flag}={name_or_path} is a dpnmt export without its privacy record ({RECORD_FILE}: "
+        "cut short by a kill, or left out of a copy), so its ε is unknown; export the run "
+        "again (python -m dpnmt.export --workdir=RUN --out=NEW_FOLDER) or copy the whole folder."
+    )

@@ -1,0 +1,107 @@
+"""An unreadable newest checkpoint: one line naming it, and the previous one where that is exact.
+
+A checkpoint cut short or damaged on disk (truncated or zeroed arrays,
+garbled metadata, its sampler state in `private/` missing) cannot be
+resumed. The run may go back to the previous kept checkpoint only when
+redoing the lots since then releases nothing new: the same lots with the
+same noise. That holds when lots and noise follow from the secret seed and
+the step alone (`lot_runner.LotRunner.derive_keys`, the sampler state saved
+with each checkpoint); with `dp.secure_rng` a private run draws fresh lots
+and keys every session, so the redone lots would be a second, unaccounted
+release of data whose first release (the unreadable checkpoint, and any
+validation published from it) may have been seen. Then, or when no earlier
+checkpoint is kept, or in a multi-process run, the start is refused with the
+fix. The unreadable step is moved to `private/unreadable_checkpoints/` (never
+published), so that the run continues from the previous one.
+"""
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from typing import TypeVar
+
+import jax
+
+from dpnmt.config import PrivacyConfig
+from dpnmt.errors import InputError
+from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
+
+UNREADABLE_DIR = "unreadable_checkpoints"  # Under private/: the steps that could not be read.
+Result = TypeVar("Result")
+
+
+class CheckpointUnreadable(InputError, OSError):
+    """The checkpoint at `step` (or its sampler state) cannot be read.
+
+    Attributes:
+      workdir: the run's folder.
+      step: the checkpoint's step.
+      cause: the error that reading it raised, as one short line.
+    """
+
+    def __init__(self, workdir: str, step: int, cause: BaseException | str, why: str = ""):
+        if isinstance(cause, BaseException):
+            first = (str(cause).strip().splitlines() or [""])[0][:200]
+            cause = f"{type(cause).__name__}: {first}"
+        self.workdir, self.step, self.cause = workdir, step, cause
+        path = os.path.join(workdir, CHECKPOINT_DIR, str(step))
+        super().__init__(f"{path} is unreadable ({cause}){why}")
+
+
+def replays_exactly(dp: PrivacyConfig) -> bool:
+    """Whether lots redone from an earlier checkpoint are the same lots with the same noise."""
+    return not (dp.enabled and dp.secure_rng)
+
+
+def read_newest(manager, run_dir: RunDir, read: Callable[[], Result], dp: PrivacyConfig) -> Result:
+    """`read()` of the newest checkpoint; if it is unreadable, of the previous one where exact.
+
+    Args:
+      manager: the run's `CheckpointManager` (`read` reads its `latest_step()`).
+      run_dir: the run's folder.
+      read: reads the newest checkpoint; raises `CheckpointUnreadable` when it cannot.
+      dp: the run's `dp` section (`replays_exactly`).
+
+    Raises:
+      CheckpointUnreadable: unreadable, and going back is not exact (one line, with the fix).
+    """
+    while True:
+        try:
+            return read()
+        except CheckpointUnreadable as error:
+            _fall_back(manager, run_dir, error, dp)
+
+
+def _fall_back(manager, run_dir: RunDir, error: CheckpointUnreadable, dp: PrivacyConfig) -> None:
+    earlier = [step for step in manager.all_steps() if step < error.step]
+    fix = "restore it from a copy of the workdir, or start a new --workdir"
+    if not earlier:
+        why = "no earlier checkpoint is kept"
+    elif not replays_exactly(dp):
+        why = (
+            f"dp.secure_rng draws fresh lots and noise each session: going back to step "
+            f"{max(earlier)} would release lots {max(earlier) + 1} to {error.step} again with "
+            "other noise, unaccounted"
+        )
+    elif jax.process_count() > 1:
+        why = "a multi-process run does not go back (resume it once on one process)"
+        fix = "restore it from a copy of the workdir, or resume it on one process"
+    else:
+        why = None
+    if why is not None:
+        raise CheckpointUnreadable(error.workdir, error.step, error.cause, f": {why}; {fix}.")
+    aside = run_dir.private_file(os.path.join(UNREADABLE_DIR, str(error.step)))
+    os.makedirs(os.path.dirname(aside), exist_ok=True)
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rename(os.path.join(run_dir.path, CHECKPOINT_DIR, str(error.step)), aside)
+    manager.reload()
+    logging.warning(
+        "%s; moved to %s/%s/%d; resuming from step %d instead: the lots since then are redone "
+        "with the same lots and noise (the secret seed's), so nothing is released twice.",
+        error,
+        PRIVATE_DIR,
+        UNREADABLE_DIR,
+        error.step,
+        max(earlier),
+    )
