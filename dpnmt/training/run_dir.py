@@ -298,8 +298,9 @@ def _read_number(path: str, what: str) -> int:
         return int(text)
     except ValueError:
         raise InputError(
-            f"{path} holds {what} but is not a number ({text[:20]!r}: cut short by a kill of "
-            "an older dpnmt, or edited); restore it from a copy of the workdir, or start a "
+            f"{path} holds {what} but is not a number ({len(text)} characters, not shown: cut "
+            "short by a kill of an older dpnmt, or edited); restore it from a copy of the "
+            "workdir, or start a "
             "new --workdir (a new seed would be a second, unaccounted run on the same data)."
         ) from None
 

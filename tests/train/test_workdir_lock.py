@@ -95,3 +95,14 @@ def test_a_cut_short_seed_is_refused_in_one_line_never_replaced(tmp_path):
     with pytest.raises(InputError, match="noise_seed holds the run's secret noise seed but"):
         records.noise_seed(RunConfig(), False)
     assert (tmp_path / "private" / "noise_seed").read_text() == ""
+
+
+def test_a_garbled_seed_is_refused_without_showing_its_digits(tmp_path):
+    """The error names the file, never its content: a garbled seed may still be most of one."""
+    records = run_dir.RunDir(str(tmp_path))
+    os.makedirs(tmp_path / "private")
+    (tmp_path / "private" / "noise_seed").write_text("918273645546372819x")
+    with pytest.raises(InputError) as raised:
+        records.noise_seed(RunConfig(), False)
+    assert "9182736455" not in str(raised.value)
+    assert "19 characters, not shown" in str(raised.value)
