@@ -301,7 +301,10 @@ def tokenize_corpus(
     tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, objective=objective, **options)
     health.log_warnings(
         health.truncation_warnings(
-            stats, tokenized, validation_is_private=validation_is_carved_from_train(corpus)
+            stats,
+            tokenized,
+            validation_is_private=validation_is_carved_from_train(corpus),
+            pairs_are_public=run.dp.unit != "group",
         )
     )
     return tokenized, stats
