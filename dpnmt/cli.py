@@ -107,10 +107,16 @@ def untimed_logging() -> None:
 
 
 def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
-    """`main` with quiet logs, and an `InputError` printed as one line (exit status 2)."""
+    """`main` with quiet, untimed logs, and an `InputError` printed as one line (exit status 2).
+
+    Every app's lines are untimed (`untimed_logging`): dpnmt.train, dpnmt.sweep,
+    dpnmt.audit and dpnmt.memorization train private runs, and an app that
+    trains none gains nothing from stamps.
+    """
 
     def guarded(argv):
         setup_logging()  # Before JAX starts logging; the app may narrow it.
+        untimed_logging()
         try:
             return main(argv)
         except InputError as error:
