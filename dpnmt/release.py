@@ -25,7 +25,7 @@ from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
 from dpnmt.evaluation import decode as decode_lib
-from dpnmt.training import pieces, pretrained_privacy
+from dpnmt.training import ledger, pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir, write_json
 
@@ -203,6 +203,36 @@ def _read_results(workdir: str) -> dict | None:
         return json.load(f)
 
 
+def export_settings(run, privacy: dict[str, Any]) -> dict[str, Any]:
+    """An export's `dpnmt.json`: decoding settings, privacy record, training corpora, ledger.
+
+    The ledger (`training.ledger`) is the starting export's stages, passed on
+    unchanged, then this run's: its corpora and the events that spent privacy
+    on its data (none but "no_guarantee" for a non-private run).
+
+    Args:
+        run: the run's `RunConfig`.
+        privacy: its results.json "privacy" object (as loaded: inf as "inf").
+
+    Raises:
+        LedgerError: the record's total is below its own DP-SGD ε recomputed.
+    """
+    corpora = corpus_record.training_corpora(run)
+    if privacy.get(ledger.KEY) is not None:  # A run from a dpnmt export: its stages as composed.
+        *earlier, own = ledger.parse_stages(privacy[ledger.KEY]["stages"], "the run's report")
+        stages = (*earlier, dataclasses.replace(own, corpora=tuple(corpora)))
+    else:
+        stages = ledger.lineage_of_record(privacy, corpora)
+    # The privacy record travels with the model: a run fine-tuning it composes it.
+    # And its training corpora: a run declaring its data disjoint is refused if they are its own.
+    return {
+        **_settings(run.data, run.model, run.eval),
+        pretrained_privacy.PRIVACY_KEY: privacy,
+        corpus_record.KEY: corpora,
+        ledger.KEY: [stage.to_json() for stage in stages],
+    }
+
+
 def export_run(workdir: str, out_dir: str) -> str:
     """Writes the run's model, tokenizer, settings and model card into `out_dir`.
 
@@ -240,14 +270,7 @@ def export_run(workdir: str, out_dir: str) -> str:
         ).to_json()
     export.save_pretrained(params, model_config, out_dir)
     hf_tokenizer.save_tokenizer(tokenizer, out_dir)
-    # The privacy record travels with the model: a run fine-tuning it composes it.
-    # And its training corpora: a run declaring its data disjoint is refused if they are its own.
-    settings = {
-        **_settings(run.data, run.model, run.eval),
-        pretrained_privacy.PRIVACY_KEY: privacy,
-        corpus_record.KEY: corpus_record.training_corpora(run),
-    }
-    write_json(os.path.join(out_dir, SETTINGS_FILE), settings)
+    write_json(os.path.join(out_dir, SETTINGS_FILE), export_settings(run, privacy))
     card = model_card.render(run, privacy, results, steps_done=steps_done)
     with open(os.path.join(out_dir, CARD_FILE), "w", encoding="utf-8") as f:
         f.write(card)
