@@ -141,13 +141,17 @@ def disk_problem(error: BaseException) -> str | None:
 
 
 def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
-    """`main` with quiet logs; an `InputError`, a full disk or an unwritable path as one line.
+    """`main` with quiet, untimed logs; an `InputError`, a full disk or unwritable path: one line.
 
-    Each exits with status 2 and no traceback; any other exception keeps its traceback.
+    Each exits with status 2 and no traceback; any other exception keeps its
+    traceback. Every app's lines are untimed (`untimed_logging`): dpnmt.train,
+    dpnmt.sweep, dpnmt.audit and dpnmt.memorization train private runs, and an
+    app that trains none gains nothing from stamps.
     """
 
     def guarded(argv):
         setup_logging()  # Before JAX starts logging; the app may narrow it.
+        untimed_logging()
         try:
             return main(argv)
         except InputError as error:

@@ -30,7 +30,7 @@ from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.models import export_record
-from dpnmt.training import pieces, pretrained_privacy
+from dpnmt.training import ledger, pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir, write_json
 
@@ -212,6 +212,36 @@ def _read_results(workdir: str) -> dict | None:
         return json.load(f)
 
 
+def export_settings(run, privacy: dict[str, Any]) -> dict[str, Any]:
+    """An export's `dpnmt.json`: decoding settings, privacy record, training corpora, ledger.
+
+    The ledger (`training.ledger`) is the starting export's stages, passed on
+    unchanged, then this run's: its corpora and the events that spent privacy
+    on its data (none but "no_guarantee" for a non-private run).
+
+    Args:
+        run: the run's `RunConfig`.
+        privacy: its results.json "privacy" object (as loaded: inf as "inf").
+
+    Raises:
+        LedgerError: the record's total is below its own DP-SGD ε recomputed.
+    """
+    corpora = corpus_record.training_corpora(run)
+    if privacy.get(ledger.KEY) is not None:  # A run from a dpnmt export: its stages as composed.
+        *earlier, own = ledger.parse_stages(privacy[ledger.KEY]["stages"], "the run's report")
+        stages = (*earlier, dataclasses.replace(own, corpora=tuple(corpora)))
+    else:
+        stages = ledger.lineage_of_record(privacy, corpora)
+    # The privacy record travels with the model: a run fine-tuning it composes it.
+    # And its training corpora: a run declaring its data disjoint is refused if they are its own.
+    return {
+        **_settings(run.data, run.model, run.eval),
+        pretrained_privacy.PRIVACY_KEY: privacy,
+        corpus_record.KEY: corpora,
+        ledger.KEY: [stage.to_json() for stage in stages],
+    }
+
+
 def export_run(workdir: str, out_dir: str) -> str:
     """Writes the run's model, tokenizer, settings and model card into `out_dir`.
 
@@ -247,13 +277,7 @@ def export_run(workdir: str, out_dir: str) -> str:
             pretrained=pretrained_privacy.recorded_claim(run, workdir),
             example=text_objective.example_unit(run.data),
         ).to_json()
-    # The privacy record travels with the model: a run fine-tuning it composes it.
-    # And its training corpora: a run declaring its data disjoint is refused if they are its own.
-    settings = {
-        **_settings(run.data, run.model, run.eval),
-        pretrained_privacy.PRIVACY_KEY: privacy,
-        corpus_record.KEY: corpus_record.training_corpora(run),
-    }
+    settings = export_settings(run, privacy)
     card = model_card.render(run, privacy, results, steps_done=steps_done)
     # Built beside --out and renamed into place: a kill leaves no model without its record.
     with atomic_file.folder_built_beside(out_dir) as building:

@@ -282,3 +282,50 @@ def test_the_decode_library_refuses_a_tag_that_leaves_the_run_folder(tmp_path):
     with pytest.raises(ConfigError, match="tag='../up'"):
         decode_lib.decode_and_score(None, str(tmp_path), split="validation", tag="../up")
     assert not list(tmp_path.iterdir())
+
+
+def _app_modules() -> list[str]:
+    """Every dpnmt module that ends in an `if __name__ == "__main__":` block (an app)."""
+    import ast  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+
+    apps = []
+    for path in sorted(pathlib.Path(REPO, "dpnmt").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+                apps.append((str(path.relative_to(REPO)), ast.unparse(node)))
+    return apps
+
+
+def test_no_app_emits_timed_log_lines():
+    """dpnmt.memorization and dpnmt.audit train private runs, and their log lines were
+    stamped to the microsecond (dpnmt.train's and dpnmt.sweep's were not): a few lots timed.
+    Every app starts through `cli.run` (`cli.guard`), whose logging is untimed, and an app
+    that sets logging up again keeps it so."""
+    import logging  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    from absl import logging as absl_logging  # noqa: PLC0415
+
+    apps = _app_modules()
+    assert {"dpnmt/memorization.py", "dpnmt/audit.py", "dpnmt/noise_to_signal.py"} <= {
+        path for path, _ in apps
+    }
+    for path, main_block in apps:
+        assert "cli.run(" in main_block, f"{path} starts without cli.run: {main_block}"
+    handler = absl_logging.get_absl_handler()
+    before, lines = handler.formatter, []
+    record = logging.LogRecord("dpnmt", logging.INFO, __file__, 7, "step 10/71", None, None)
+
+    def main(argv):
+        cli.setup_logging()  # As dpnmt.memorization and dpnmt.audit do first.
+        lines.append(handler.format(record))
+
+    try:
+        handler.setFormatter(absl_logging.PythonFormatter())  # absl's stamped default.
+        cli.guard(main)(["app"])
+    finally:
+        handler.setFormatter(before)
+    (line,) = lines
+    assert line.endswith("step 10/71") and not re.search(r"\d\d:\d\d:\d\d", line), line

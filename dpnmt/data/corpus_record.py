@@ -10,8 +10,9 @@ digest of private text is a function of every record outside the DP guarantee
 
 A run that declares its starting export's data disjoint
 (`model.pretrained_data_disjoint=True`) is refused when the record names its
-private corpus (`same_corpus_problems`: the same registry name, or a `files:`
-name that resolves to the same folder here) or holds its text
+private corpus (`same_corpus_problems`: the same registry name, a `files:`
+name that resolves to the same folder here, or a private stage's `files:`
+name equal to this corpus's public name: no digest tells them apart) or holds its text
 (`same_text_problems`: the same digest, or a recorded `files:` corpus found
 here that holds more than `overlap.OVERLAP_LIMIT` of a private side).
 """
@@ -70,10 +71,16 @@ def _recorded(settings: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
-def _same_entry(recorded_name: str, registry_name: str) -> bool:
-    """Whether a recorded public name is `registry_name` (a `files:` one: the same folder here)."""
+def _same_entry(recorded_name: str, registry_name: str, *, text_unknown: bool = False) -> bool:
+    """Whether a recorded public name is `registry_name` (a `files:` one: the same folder here).
+
+    With `text_unknown` (a private stage's record: no digest of its text), a
+    `files:` corpus of the same public name is taken to be the same too: its
+    text cannot tell them apart, so the declaration is refused, never trusted.
+    """
     recorded = recorded_name.removeprefix(corpora.mixture.DETOK_PREFIX)
-    if recorded == public_corpus(registry_name) and not registry_name.startswith("files:"):
+    same_name = recorded == public_corpus(registry_name)
+    if same_name and (text_unknown or not registry_name.startswith("files:")):
         return True
     try:
         return corpus_identity(recorded) == corpus_identity(registry_name)
@@ -90,7 +97,8 @@ def same_corpus_problems(settings: dict[str, Any] | None, data, where: str) -> l
     found = [
         str(i.get(NAME))
         for i in _recorded(settings)
-        if isinstance(i.get(NAME), str) and any(_same_entry(i[NAME], p) for p in private)
+        if isinstance(i.get(NAME), str)
+        and any(_same_entry(i[NAME], p, text_unknown=DIGEST not in i) for p in private)
     ]
     return [_message(where, found, "the same corpus as", data.corpus)] if found else []
 

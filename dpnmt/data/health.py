@@ -3,7 +3,8 @@
 Nothing here writes a file: the warnings go to the log (stderr). A run's log
 follows the publication rules (README, "Privacy rules the code keeps"), so
 they use only what is public or already reported: the vocabulary's size (the
-vocabulary itself is released), N, whether more than `TRUNCATED_SHARE_TO_WARN`
+vocabulary itself is released), N (not under `dp.unit="group"`, where only
+the number of groups is public), whether more than `TRUNCATED_SHARE_TO_WARN`
 of the training examples are cut (never the exact count: it stays in
 private/preprocessing.json), and length percentiles of a PUBLIC validation
 split (none when validation was carved from train). Length statistics of the
@@ -47,7 +48,11 @@ def vocabulary_warning(requested: int, learnt: int, kind: str) -> str | None:
 
 
 def truncation_warnings(
-    stats: PreprocessStats, tokenized: datasets.DatasetDict, *, validation_is_private: bool
+    stats: PreprocessStats,
+    tokenized: datasets.DatasetDict,
+    *,
+    validation_is_private: bool,
+    pairs_are_public: bool = True,
 ) -> list[str]:
     """Warnings when many training sources or targets are cut to the maximum length.
 
@@ -62,6 +67,8 @@ def truncation_warnings(
         `target_full_length` columns (`[n]` tokens before truncation).
       validation_is_private: the validation split was carved from train
         (`training.pieces.validation_is_carved_from_train`): no percentile of it.
+      pairs_are_public: N, the number of training pairs, is public (False with
+        `dp.unit="group"`: only the number of groups is; the warning then names no count).
 
     Returns:
       One warning per side (source, target) that is cut too often.
@@ -94,8 +101,9 @@ def truncation_warnings(
             if most
             else ""
         )
+        count = f"the {train.num_kept:,d}" if pairs_are_public else "the"
         warnings.append(
-            f"More than {share:.0%} of the {train.num_kept:,d} training "
+            f"More than {share:.0%} of {count} training "
             f"{side}s are longer than data.max_{side}_length={limit} tokens and are cut "
             f"(exact count: private/preprocessing.json).{cause}{hint}"
         )

@@ -115,6 +115,53 @@ def _joint_total(privacy: dict) -> float | None:
     return epsilon + other + _float((privacy.get("vocabulary") or {}).get("epsilon") or 0.0)
 
 
+def _ledger_event(event: dict):
+    """A ledger's DP-SGD event (`training.ledger`) as a dp_accounting event."""
+    gaussian = dp_accounting.GaussianDpEvent(float(event["noise_multiplier"]))
+    if event["sampling"] == "poisson":
+        sampled = dp_accounting.PoissonSampledDpEvent(float(event["sampling_rate"]), gaussian)
+        return dp_accounting.SelfComposedDpEvent(sampled, int(event["steps"]))
+    return dp_accounting.SelfComposedDpEvent(gaussian, int(event["epochs"]))
+
+
+def _ledger_class(events: list[dict]) -> tuple[float, str | None]:
+    """ε of one class's events: DP-SGD in one PLD event (or their ε summed), others added."""
+    if any(e.get("kind") not in ("dp_sgd", "epsilon_delta") for e in events):
+        return math.inf, None
+    sgd = [e for e in events if e["kind"] == "dp_sgd"]
+    own, problem = [], None
+    for e in sgd:
+        accountant = "RDP" if e.get("accountant") == "rdp" else "PLD"
+        own.append(_epsilon([_ledger_event(e)], float(e["delta"]), accountant))
+        if _float(e["epsilon"]) < own[-1] - (RELATIVE_TOLERANCE * own[-1] + ABSOLUTE_TOLERANCE):
+            problem = f"a ledger event's ε {e['epsilon']} is below its recomputation {own[-1]:.6g}"
+    epsilon = sum(max(_float(e["epsilon"]), o) for e, o in zip(sgd, own, strict=True))
+    if len(sgd) > 1:
+        delta = sum(float(e["delta"]) for e in sgd)
+        epsilon = min(epsilon, _epsilon([_ledger_event(e) for e in sgd], delta, "PLD"))
+    other = sum(_float(e["epsilon"]) for e in events if e["kind"] == "epsilon_delta")
+    return epsilon + other, problem
+
+
+def _ledger_total(ledger: dict) -> tuple[float, str | None]:
+    """The worst counted class of a report's ledger, recomputed from its stages' events.
+
+    A stage's events touch its own class and, unless it was declared disjoint,
+    every earlier stage's; a class counts when its stage, or a later stage
+    touching it, trained with DP.
+    """
+    stages, worst, problem = ledger["stages"], 0.0, None
+    for c in range(len(stages)):
+        touching = [c] + [
+            t for t in range(c + 1, len(stages)) if not stages[t]["declared_disjoint"]
+        ]
+        if not any(stages[t]["private"] for t in touching):
+            continue
+        epsilon, wrong = _ledger_class([e for t in touching for e in stages[t]["events"]])
+        worst, problem = max(worst, epsilon), problem or wrong
+    return worst, problem
+
+
 def check_run(privacy: dict) -> EpsilonCheck:
     """Compares the run's reported DP-SGD and total ε with their recomputation."""
     reported, total = _float(privacy["dp_sgd_epsilon"]), _float(privacy["total_epsilon"])
@@ -137,7 +184,9 @@ def check_run(privacy: dict) -> EpsilonCheck:
     joint = _joint_total(privacy)
     if joint is not None:  # Two private stages in one accountant (`training.stage_composition`).
         total_recomputed = joint
-    if disjoint_private(pretrained):  # Declared disjoint data: the larger of the two totals.
+    if privacy.get("ledger") is not None:  # Every stage of the lineage, by class (`ledger`).
+        total_recomputed, problem = _ledger_total(privacy["ledger"])
+    elif disjoint_private(pretrained):  # Declared disjoint data: the larger of the two totals.
         theirs, their_delta, problem = _parallel_export(pretrained)
         total_recomputed = max(total_recomputed, theirs)
         ours_delta = float(privacy["dp_sgd_delta"]) + float(vocabulary.get("delta") or 0.0)
@@ -255,6 +304,7 @@ def _in_one_event(privacy: dict, check: EpsilonCheck) -> bool:
     record = pretrained.get("record")
     return (
         privacy["sampling"] == "poisson"
+        and len((privacy.get("ledger") or {}).get("stages", [])) < 2
         and privacy.get("privacy_unit") is None
         and not privacy.get("joint_dp_sgd")
         and vocabulary.get("covered_by_guarantee") is not False

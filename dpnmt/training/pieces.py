@@ -299,11 +299,11 @@ def tokenize_corpus(
     _check_objective(run.data, objective)
     options = _preprocess_options(run.data, run.model)
     tokenized, stats = preprocess_lib.preprocess(corpus, tokenizer, objective=objective, **options)
-    health.log_warnings(
-        health.truncation_warnings(
-            stats, tokenized, validation_is_private=validation_is_carved_from_train(corpus)
-        )
+    carved, per_pair = validation_is_carved_from_train(corpus), run.dp.unit != "group"
+    warnings = health.truncation_warnings(
+        stats, tokenized, validation_is_private=carved, pairs_are_public=per_pair
     )
+    health.log_warnings(warnings)
     return tokenized, stats
 
 

@@ -1,18 +1,16 @@
-"""What a pretrained starting model adds to a run's ε: a dpnmt export's own privacy record.
+"""What a pretrained starting model adds to a run's ε: a dpnmt export's privacy ledger.
 
-A dpnmt export (`dpnmt.release.export_run`) holds its run's privacy report in
-its `dpnmt.json`. Fine-tuning it on private data that may overlap its own
-training data is a second use of those examples: its total (ε, δ) composes
-with this run's (basic composition), unless the user declares the two
-datasets disjoint (`model.pretrained_data_disjoint=True`), and the report
-says which. Declared disjoint, an export trained with DP (its record private)
-composes in parallel: the total (ε, δ) is the larger of its own and this
-run's (`parallel_by_export`, `composition_rules.parallel_total`; ∞ without a
-finite ε: a private run refuses it). Declared disjoint, an export trained
-without DP (a public stage) is not composed: its data are outside the report.
-An export without a finite guarantee (a non-private run, a
-vocabulary learnt without DP, an export from before dpnmt wrote the record)
-would make the total ∞: a private run refuses it unless declared disjoint.
+A dpnmt export (`dpnmt.release.export_run`) holds its run's privacy report
+and its whole lineage's ledger (`training.ledger`) in its `dpnmt.json`.
+Fine-tuning it on private data that may overlap any stage's data composes
+this run's events with every stage's people (`ledger_report`), unless the
+user declares this run's data disjoint from every stage of the lineage
+(`model.pretrained_data_disjoint=True`, checked against each stage's
+recorded corpora): then this run's people are a group of their own and the
+total is the worst group (parallel composition). A lineage with no finite
+guarantee for someone this run may touch (a non-private stage, ε = ∞, an
+export from before dpnmt wrote the record) is refused in a private run; a
+record or ledger claiming less than its own σ, q, T, δ give is refused.
 Models that are not dpnmt exports (a hub id, another `save_pretrained`
 folder) carry no record: their own training data are outside the report.
 """
@@ -24,6 +22,7 @@ from typing import Any
 
 from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
+from dpnmt.training import ledger, ledger_report
 from dpnmt.training.privacy_report import PretrainedClaim
 from dpnmt.training.run_dir import PRETRAINED_FILE, RunDir
 
@@ -109,117 +108,44 @@ def read_export_settings(name_or_path: str) -> tuple[bool, dict[str, Any] | None
     return True, settings if isinstance(settings, dict) else None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None  # JSON true/false: not a number, though float() takes it.
-    try:
-        return float(value)  # write_json stores inf as "inf".
-    except (TypeError, ValueError):
-        return None
-
-
-def _epsilon_delta(record: dict[str, Any]) -> tuple[Any, Any]:
-    """The record's total ε and δ as written (δ: DP-SGD's when it has no total)."""
-    delta = record["total_delta"] if "total_delta" in record else record.get("dp_sgd_delta")
-    return record.get("total_epsilon"), delta
-
-
-def _left_out(record: dict[str, Any]) -> tuple[float, float]:
-    """(ε, δ) of the record's own starting export when its total leaves them out.
-
-    An export trained from an earlier dpnmt export declared disjoint from its
-    data did not compose that export's ε; a later run whose data may overlap
-    either stage's must (0 -> 1 (disjoint) -> 2: stage 0's ε counts for 2).
-    (inf, 0) when that export gave no finite ε; (0, 0) when there is none.
-    """
-    parent = record.get("pretrained")
-    if not isinstance(parent, dict) or not parent.get("dpnmt_export"):
-        return 0.0, 0.0
-    if parent.get("composed") or parent.get("parallel"):  # Already in the record's total.
-        return 0.0, 0.0
-    epsilon, delta = _number(parent.get("epsilon")), _number(parent.get("delta"))
-    if epsilon is None or math.isnan(epsilon) or epsilon < 0:
-        return math.inf, 0.0
-    return epsilon, delta if delta is not None and 0 <= delta < 1 else 1.0
-
-
-def _own_defect(record: dict[str, Any]) -> str | None:
-    """Why `record`'s own total gives no finite (ε, δ), its starting export aside; or None."""
-    if record.get("private") is not True:
-        return "it was trained without DP"
-    epsilon_text, delta_text = _epsilon_delta(record)
-    epsilon, delta = _number(epsilon_text), _number(delta_text)
-    # A corrupted record must not lower the total: only ε >= 0 and 0 <= δ < 1 count.
-    if epsilon is None or math.isnan(epsilon) or epsilon < 0:
-        return f"its record's total_epsilon={epsilon_text!r} is not a number >= 0"
-    if delta is None or math.isnan(delta) or not 0 <= delta < 1:
-        return f"its record's total_delta={delta_text!r} is not a number in [0, 1)"
-    if math.isinf(epsilon):
-        return f"its total ε is ∞: {record.get('composition', 'no guarantee')}"
-    return None
-
-
-def _defect(record: dict[str, Any]) -> str | None:
-    """Why `record` gives no finite (ε, δ) (a few words), or None when it gives one."""
-    why = _own_defect(record)
-    if why is not None:
-        return why
-    delta = float(_number(_epsilon_delta(record)[1]))
-    parent_epsilon, parent_delta = _left_out(record)
-    if math.isinf(parent_epsilon) or delta + parent_delta >= 1:
-        return (
-            "it started from a model declared disjoint from its data that has no finite "
-            "privacy guarantee of its own, and this run's data may overlap that model's"
-        )
-    return None
-
-
-def claimed_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
-    """(ε, δ) an export claims on its own training data; (inf, None) without a finite guarantee.
-
-    No finite guarantee: a non-private run, ε = ∞, or a record out of range
-    (ε < 0 or NaN, δ missing, NaN or outside [0, 1)). A record whose own starting
-    export was declared disjoint adds that export's (ε, δ) (`_left_out`).
-    """
-    if _defect(record) is not None:
-        return math.inf, None
-    epsilon, delta = _epsilon_delta(record)
-    parent_epsilon, parent_delta = _left_out(record)
-    return float(epsilon) + parent_epsilon, float(delta) + parent_delta
-
-
-def parallel_by_export(record: dict[str, Any]) -> tuple[float, float | None]:
-    """(ε, δ) a private export gives the people in its own training data; (inf, None): none.
-
-    What parallel composition takes the max of (`composition_rules.parallel_total`):
-    the record's own total, and, when that export itself started from an
-    earlier private export declared disjoint without taking the max (a record
-    from before parallel composition), that one's too. An earlier export
-    trained without DP (a public stage) stays outside, as it was there.
-    """
-    if _own_defect(record) is not None:
-        return math.inf, None
-    epsilon, delta = (float(_number(v)) for v in _epsilon_delta(record))
-    parent = record.get("pretrained")
-    if (
-        isinstance(parent, dict)
-        and parent.get("dpnmt_export")
-        and not parent.get("composed")
-        and not parent.get("parallel")
-        and (parent.get("record") or {}).get("private") is True
-    ):
-        parent_epsilon, parent_delta = _number(parent.get("epsilon")), _number(parent.get("delta"))
-        if parent_epsilon is None or math.isnan(parent_epsilon) or parent_epsilon < 0:
-            return math.inf, None
-        if parent_delta is None or not 0 <= parent_delta < 1:
-            return math.inf, None
-        epsilon, delta = max(epsilon, parent_epsilon), max(delta, parent_delta)
-    return epsilon, delta
-
-
 def _adjacency(record: dict[str, Any] | None) -> str | None:
     value = (record or {}).get("adjacency")
     return value if isinstance(value, str) else None
+
+
+def _stages(settings: dict[str, Any] | None) -> tuple[ledger.Stage, ...]:
+    """The export's ledger (`ledger.of_export`); `LedgerError` when it claims too little."""
+    from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
+
+    return ledger.of_export(settings, corpus_record.KEY)
+
+
+def _lineage_overlap(stages, run: RunConfig, name: str, same) -> list[str]:
+    """The first stage of the lineage whose recorded corpora are this run's (`same`'s check)."""
+    from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
+
+    for index, stage in enumerate(stages):
+        names = [c.get("corpus") for c in stage.corpora]
+        where = (
+            f"{_declared_where(name)} and from every stage of its lineage (its dpnmt.json's "
+            f"ledger: stage {index} of {len(stages)} trained on {names})"
+        )
+        problems = same({corpus_record.KEY: list(stage.corpora)}, where)
+        if problems:
+            return problems
+    return []
+
+
+def _unbounded_why(lineage: ledger_report.Composition) -> str:
+    """Why an export's lineage gives someone no finite ε, in a few words (its last stage first)."""
+    unbounded = [k for k in lineage.classes if k.unguarded]
+    if not unbounded:
+        return ledger_report.worst_class(lineage)
+    last = unbounded[-1]
+    if last.stage == len(lineage.stages) - 1:
+        return last.unguarded
+    names = ", ".join(last.corpora) or "corpora not recorded"
+    return f"its lineage's stage {last.stage} ({names}): ε ∞, {last.unguarded}"
 
 
 def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
@@ -253,42 +179,58 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
         return PretrainedClaim(False, False, declared, None, None, note), None
     record = (settings or {}).get(PRIVACY_KEY)
     record = record if isinstance(record, dict) else None
-    epsilon, delta = (math.inf, None) if record is None else claimed_by_export(record)
 
-    def claim(
-        composed: bool, epsilon: float, delta: float | None, note: str, parallel: bool = False
-    ) -> PretrainedClaim:
+    def claim(composed, epsilon, delta, note, parallel=False, stages=None) -> PretrainedClaim:
         return PretrainedClaim(
-            True, composed, declared, epsilon, delta, note, record, _adjacency(record), parallel
+            True,
+            composed,
+            declared,
+            epsilon,
+            delta,
+            note,
+            record,
+            _adjacency(record),
+            parallel,
+            stages,
         )
 
+    try:
+        stages = _stages(settings)
+    except ledger.LedgerError as error:
+        problem = f"model.name_or_path={name!r}: {error}"
+        return claim(True, math.inf, None, _UNBOUNDED), problem if run.dp.enabled else None
     if declared and run.dp.enabled:
         from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
-        where = _declared_where(name)
-        overlap = corpus_record.same_corpus_problems(settings, run.data, where)
+        def same(recorded, where):
+            return corpus_record.same_corpus_problems(recorded, run.data, where)
+
+        overlap = _lineage_overlap(stages, run, name, same)
         if overlap:
-            return claim(True, epsilon, delta, _OVERLAPPING), overlap[0]
-    if declared and record is not None and record.get("private") is True:
-        epsilon, delta = parallel_by_export(record)
-        parallel = claim(False, epsilon, delta, PARALLEL_NOTE, parallel=True)
+            return claim(True, math.inf, None, _OVERLAPPING, stages=stages), overlap[0]
+    lineage = ledger_report.class_totals(stages)
+    if declared:  # This run's people are a class of their own: the lineage's classes stay.
+        epsilon, delta = lineage.epsilon, lineage.delta
+        if not any(k.counted for k in lineage.classes):
+            note = NO_RECORD_NOTE if record is None else DISJOINT_NOTE
+            return claim(False, epsilon, delta, note, stages=stages), None
+        parallel = claim(False, epsilon, delta, PARALLEL_NOTE, True, stages)
         if run.dp.enabled and math.isinf(epsilon):
-            why = _own_defect(record) or "its own starting export's ε is not finite"
             problem = (
-                f"model.name_or_path={name!r} is a dpnmt export trained with DP on its own "
-                f"(private) data but with no finite guarantee on them ({why}): "
-                f"declared disjoint ({DISJOINT_FIELD}=True), the total is the larger of its ε "
-                "and this run's (parallel composition), ∞. Start from another model, or train "
-                "and export that stage again with a finite ε."
+                f"model.name_or_path={name!r} is a dpnmt export with no finite guarantee on the "
+                f"data of its lineage ({_unbounded_why(lineage)}): declared disjoint "
+                f"({DISJOINT_FIELD}=True), the total is the worst of its stages and this run "
+                "(parallel composition), ∞. Start from another model, or train and export the "
+                "stage without DP again declared disjoint, or with DP."
             )
             return parallel, problem
         return parallel, None
-    if declared:
-        note = NO_RECORD_NOTE if record is None else DISJOINT_NOTE
-        return claim(False, epsilon, delta, note), None
+    # Not declared: this run's people may be in any stage's data, each class composes this run.
+    epsilon = max((k.epsilon for k in lineage.classes), default=0.0)
+    delta = max((k.delta for k in lineage.classes), default=0.0)
     if not run.dp.enabled:
         note = "non-private run (ε = ∞): the export's ε is not composed"
-        return claim(False, epsilon, delta, note), None
+        return claim(False, epsilon, delta, note, stages=stages), None
     fix = (
         f"If its training data share no {shared_unit(run)} with this run's (e.g. public text), set "
         f"{DISJOINT_FIELD}=True (the report then says so)"
@@ -299,20 +241,19 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
             f"{SETTINGS_FILE} (exported before dpnmt wrote one): its ε cannot be composed with "
             f"this run's. Export its run again (python -m dpnmt.export), or: {fix}."
         )
-        return claim(True, math.inf, None, _UNBOUNDED), problem
-    why = _defect(record)
-    if why is not None:
+        return claim(True, math.inf, None, _UNBOUNDED, stages=stages), problem
+    if math.isinf(epsilon):
         problem = (
             f"model.name_or_path={name!r} has no privacy guarantee on its own training data "
-            f"({why}), and they may include this run's examples: the composed ε would be ∞. "
-            f"{fix}; else start from another model."
+            f"({_unbounded_why(lineage)}), and they may include this run's examples: the "
+            f"composed ε would be ∞. {fix}; else start from another model."
         )
-        return claim(True, math.inf, None, _UNBOUNDED), problem
+        return claim(True, math.inf, None, _UNBOUNDED, stages=stages), problem
     note = (
-        "the export's own total (ε, δ) composed with this run's: its training data may overlap "
+        "the export's lineage composed with this run's (ledger): its training data may overlap "
         f"this run's (set {DISJOINT_FIELD}=True if they share no {shared_unit(run)})"
     )
-    return claim(True, epsilon, delta, note), None
+    return claim(True, epsilon, delta, note, stages=stages), None
 
 
 def _declared_where(name: str) -> str:
@@ -347,7 +288,15 @@ def declared_text_problems(run: RunConfig, corpus) -> list[str]:
         return []
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
-    return corpus_record.same_text_problems(settings, run.data, corpus, _declared_where(name))
+    try:
+        stages = _stages(settings)
+    except ledger.LedgerError:
+        return []  # Refused by `pretrained_problems`.
+
+    def same(recorded, where):
+        return corpus_record.same_text_problems(recorded, run.data, corpus, where)
+
+    return _lineage_overlap(stages, run, name, same)
 
 
 def _unreadable(

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpnmt import config_lib, privacy
+from dpnmt.training import ledger as ledger_lib
+from dpnmt.training import ledger_report
 from dpnmt.training.composition_rules import (  # noqa: F401 - adjacency, parallel_total re-exported
     JOINT_NOTE,
     PARALLEL_COMPOSITION,
@@ -68,6 +70,9 @@ class PretrainedClaim:
         the run's total (ε, δ) is the maximum of the export's and this run's
         (`parallel_total`). A claim recorded before it existed (no "parallel"
         key) is read as parallel when declared disjoint with a private record.
+      ledger: the export's whole lineage (`training.ledger`: each stage's corpora
+        and events), or None in a claim recorded before the ledger (the report
+        then composes as it did).
     """
 
     dpnmt_export: bool
@@ -79,10 +84,16 @@ class PretrainedClaim:
     record: dict[str, Any] | None = None
     adjacency: str | None = None
     parallel: bool = False
+    ledger: tuple[ledger_lib.Stage, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Its JSON object (results.json's "privacy"/"pretrained", pretrained.json)."""
-        return dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.ledger is None:
+            del out["ledger"]  # A claim without one keeps its former JSON.
+        else:
+            out["ledger"] = [stage.to_json() for stage in self.ledger]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "PretrainedClaim":
@@ -99,6 +110,8 @@ class PretrainedClaim:
             values["note"] = (
                 f"{values.get('note')} (read as parallel composition: recorded before it)"
             )
+        if values.get("ledger") is not None:
+            values["ledger"] = ledger_lib.parse_stages(values["ledger"], "the recorded claim")
         return cls(**values)
 
     @property
@@ -166,6 +179,7 @@ class PrivacyReport:
     privacy_unit: UnitClaim | None = None
     example: str | None = None
     joint_dp_sgd: JointDpSgd | None = None
+    ledger: ledger_report.Composition | None = None
 
     # results.json's key order (a published format).
     _ORDER = (
@@ -198,9 +212,11 @@ class PrivacyReport:
         "joint_dp_sgd",
         "group_privacy",
         "privacy_unit",
+        "ledger",
     )
     _OPTIONAL = (
         "example",
+        "ledger",
         "joint_dp_sgd",
         "group_privacy",
         "privacy_unit",
@@ -227,7 +243,7 @@ class PrivacyReport:
                 continue
             if key in ("vocabulary", "group_privacy", "privacy_unit", "joint_dp_sgd"):
                 value = dataclasses.asdict(value)
-            elif key == "pretrained":
+            elif key in ("pretrained", "ledger"):
                 value = value.to_json()
             elif key == "assumed_public":
                 value = list(value)
@@ -257,6 +273,8 @@ class PrivacyReport:
             for key in ("epsilon", "delta", "other_epsilon", "other_delta"):
                 joint[key] = float(joint[key])  # write_json stores inf as "inf".
             values["joint_dp_sgd"] = JointDpSgd(**joint)
+        if data.get("ledger") is not None:
+            values["ledger"] = ledger_report.Composition.from_json(data["ledger"])
         values["assumed_public"] = tuple(data["assumed_public"])
         for field in dataclasses.fields(cls):  # write_json stores inf as "inf".
             if "float" in str(field.type) and isinstance(values.get(field.name), str):
@@ -353,7 +371,14 @@ def privacy_report(
         )
         optional["total_delta"] = plan.delta + (vocabulary.delta or 0.0)
         composition = "basic composition (ε and δ add) of DP-SGD and the vocabulary"
-        if pretrained is not None and pretrained.composed:
+        if pretrained is not None and pretrained.ledger is not None:
+            spent = vocabulary_epsilon(vocabulary), vocabulary.delta or 0.0
+            total = ledger_report.composition(plan, spent, pretrained)
+            ours = total_epsilon, optional["total_delta"]
+            optional["ledger"] = total
+            total_epsilon, optional["total_delta"] = total.epsilon, total.delta
+            composition = ledger_report.describe(total, pretrained, ours, adjacency(plan), example)
+        elif pretrained is not None and pretrained.composed:
             optional["total_delta"] += pretrained.composed_delta
             composition = (
                 "basic composition (ε and δ add) of DP-SGD, the vocabulary and the pretrained "

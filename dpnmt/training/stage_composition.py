@@ -12,9 +12,9 @@ smaller of the two valid bounds and says which; the vocabularies' ε (and any
 other ε either record adds) still add. Anything else keeps the sum: shuffled
 lots, group units, another adjacency, a record whose q is not its L / N, whose
 steps_done exceeds steps_planned or whose total is below its DP-SGD ε, and an
-export that itself started from a dpnmt export (composed, or declared
-disjoint: its total then leaves that export's ε out, and
-`pretrained_privacy.claimed_by_export` adds it back for the sum).
+export that itself started from a dpnmt export. A claim read with the
+export's ledger (`training.ledger_report`) composes there instead: this
+module serves claims recorded before the ledger (resumed, decoded, exported).
 
 The joint bound treats both stages' (σ, q, T) as fixed in advance; if this
 run's were chosen by looking at the export's outputs (adaptive choice), the

@@ -91,3 +91,23 @@ def test_a_minority_cut_is_said_as_more_than_ten_percent_without_the_most_note()
     )
     assert warning.startswith("More than 10% of the 1,000 training sources")
     assert "Most sentences" not in warning and "200" not in warning
+
+
+def test_a_group_unit_run_logs_no_pair_count():
+    """With dp.unit=group only the number of groups is public: the warning said "More than
+    50% of the 300 training sources", an exact count of the private pairs."""
+    stats = PreprocessStats(
+        splits={"train": _stats(300, 290, 0), "validation": _stats(100, 80, 1)},
+        source_prefix="",
+        max_source_length=64,
+        max_target_length=64,
+        tokenizer_fingerprint="x",
+    )
+    tokenized = datasets.DatasetDict({"validation": _lengths(list(range(1, 101)), [5] * 100)})
+    (warning,) = health.truncation_warnings(
+        stats, tokenized, validation_is_private=False, pairs_are_public=False
+    )
+    assert warning.startswith("More than 50% of the training sources are longer than")
+    assert "300" not in warning
+    (per_pair,) = health.truncation_warnings(stats, tokenized, validation_is_private=False)
+    assert "of the 300 training sources" in per_pair

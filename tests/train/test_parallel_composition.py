@@ -2,7 +2,7 @@
 
 Each person's data are in one stage's training set only, so the run's total
 (ε, δ) is the larger of the export's own total and this run's
-(`composition_rules.parallel_total`, `pretrained_privacy.parallel_by_export`).
+(`composition_rules.parallel_total`, the ledger's classes: `training.ledger_report`).
 """
 
 import json
@@ -96,21 +96,27 @@ def test_a_private_export_declared_disjoint_composes_in_parallel(
 
 
 def test_parallel_composition_takes_an_earlier_private_stage_left_out_of_the_total():
-    """0 -> 1 (declared disjoint, a record from before parallel composition: its total left
-    stage 0's ε out) -> 2 (declared disjoint): stage 0's people get stage 0's ε, so the max
-    counts it. A public (non-DP) stage 0 stays outside; a parallel record already holds it."""
-    pretrained_privacy = _pretrained_privacy()
+    """0 -> 1 (declared disjoint, a record from before the ledger: its total left stage 0's
+    ε out) -> 2: read as a lineage, stage 0's people keep stage 0's ε, so the worst class
+    counts it. A public (non-DP) stage 0 stays outside; a later run not declared disjoint
+    composes each class with its own events (stage 0's ε and this run's, not their sum with
+    stage 1's)."""
+    from dpnmt.training import ledger, ledger_report  # noqa: PLC0415
+
+    def total(record):
+        composed = ledger_report.class_totals(ledger.lineage_of_record(record))
+        return composed.epsilon, composed.delta
+
     stage0 = _record(epsilon=50.0)
     parent = {"dpnmt_export": True, "composed": False, "declared_disjoint": True}
     old = {**_record(), "pretrained": {**parent, "epsilon": 50.0, "delta": 0.1, "record": stage0}}
-    assert pretrained_privacy.parallel_by_export(old) == (50.0, 0.1)
+    assert total(old) == (50.0, EXPORT_DELTA)  # Stage 0's class: its record's total.
     public = {**old, "pretrained": {**old["pretrained"], "record": _record(private=False)}}
-    assert pretrained_privacy.parallel_by_export(public) == (EXPORT_EPSILON, EXPORT_DELTA)
+    assert total(public) == (EXPORT_EPSILON, EXPORT_DELTA)
     new = {**old, "pretrained": {**old["pretrained"], "parallel": True}}
-    assert pretrained_privacy.parallel_by_export(new) == (EXPORT_EPSILON, EXPORT_DELTA)
-    # A later run whose data may overlap: a parallel record's total already holds stage 0.
-    assert pretrained_privacy.claimed_by_export(new) == (EXPORT_EPSILON, EXPORT_DELTA)
-    assert pretrained_privacy.claimed_by_export(old) == (EXPORT_EPSILON + 50.0, EXPORT_DELTA + 0.1)
+    assert total(new) == (50.0, EXPORT_DELTA)
+    classes = ledger_report.class_totals(ledger.lineage_of_record(old)).classes
+    assert [k.epsilon for k in classes] == [50.0, EXPORT_EPSILON]
 
 
 def test_the_max_is_against_this_run_s_total_and_the_runs_report_checks_it(model_folder, tmp_path):

@@ -196,9 +196,11 @@ def _pretrained_privacy():
 def test_an_out_of_range_record_is_no_finite_guarantee(tmp_path, change):
     """A corrupted record (ε < 0, NaN, δ outside [0, 1)) was composed as is: a negative ε
     LOWERED the run's total. Now it is no finite guarantee: a private run refuses it."""
+    from dpnmt.training import ledger, ledger_report  # noqa: PLC0415
+
     pretrained_privacy = _pretrained_privacy()
     record = {**_record(), **change}
-    assert pretrained_privacy.claimed_by_export(record) == (math.inf, None)
+    assert ledger_report.class_totals(ledger.lineage_of_record(record)).epsilon == math.inf
     folder = tmp_path / "export"
     folder.mkdir()
     (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
@@ -209,7 +211,8 @@ def test_an_out_of_range_record_is_no_finite_guarantee(tmp_path, change):
     config.model.pretrained_data_disjoint = True
     (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert "is not a number" in problem and "parallel composition" in problem
-    assert pretrained_privacy.claimed_by_export(_record()) == (EXPORT_EPSILON, EXPORT_DELTA)
+    total = ledger_report.class_totals(ledger.lineage_of_record(_record()))
+    assert (total.epsilon, total.delta) == (EXPORT_EPSILON, EXPORT_DELTA)
 
 
 HUB_ID = "someone/dp-export"

@@ -101,8 +101,9 @@ def test_a_record_of_either_accountant_composes_in_one_event(accountant):
 
 
 def test_a_chain_through_a_declared_disjoint_export_keeps_the_first_stage_epsilon():
-    """0 -> 1 (declared disjoint from 0) -> 2 (may overlap 0 or 1): stage 0's ε counts for 2."""
-    from dpnmt.training import pretrained_privacy  # noqa: PLC0415
+    """0 -> 1 (declared disjoint from 0) -> 2 (may overlap 0 or 1): stage 0's ε counts for 2,
+    composed with stage 2's in one PLD event (the ledger), never left out."""
+    from dpnmt.training import ledger, ledger_report  # noqa: PLC0415
 
     stage0 = _export_record()
     epsilon0, delta0 = stage0["total_epsilon"], stage0["total_delta"]
@@ -110,16 +111,22 @@ def test_a_chain_through_a_declared_disjoint_export_keeps_the_first_stage_epsilo
     stage1["pretrained"] = PretrainedClaim(
         True, False, True, epsilon0, delta0, "declared disjoint", stage0, stage0["adjacency"]
     ).to_json()
-    epsilon, delta = pretrained_privacy.claimed_by_export(stage1)
-    assert epsilon == pytest.approx(stage1["total_epsilon"] + epsilon0)
-    assert delta == pytest.approx(stage1["total_delta"] + delta0)
-    claim = PretrainedClaim(True, True, False, epsilon, delta, "composed", stage1, "x")
+    stages = ledger.lineage_of_record(stage1)
+    assert [s.declared_disjoint for s in stages] == [False, True]
+    lineage = ledger_report.class_totals(stages)
+    claim = PretrainedClaim(
+        True, True, False, lineage.epsilon, lineage.delta, "composed", stage1, "x", ledger=stages
+    )
     plan = small_plan()
     report = privacy_report(plan, plan.num_steps, VOCAB, pretrained=claim)
-    assert report.joint_dp_sgd is None  # The sum, holding all three stages.
-    assert report.total_epsilon == pytest.approx(
-        report.dp_sgd_epsilon + 0.5 + stage1["total_epsilon"] + epsilon0
+    assert report.joint_dp_sgd is None and report.ledger is not None
+    # Each class: its stage's DP-SGD and this run's in one event, plus both vocabularies.
+    joint = ledger_report.events_epsilon(
+        [*stages[0].events, *ledger_report.own_stage(plan, (0.5, 1e-9), declared=False).events]
     )
-    # Stage 0 without a finite guarantee: stage 2 is refused (composed ε = ∞).
-    stage1["pretrained"]["epsilon"] = "inf"
-    assert pretrained_privacy.claimed_by_export(stage1) == (float("inf"), None)
+    assert report.total_epsilon == pytest.approx(joint[0])
+    assert report.total_epsilon > report.dp_sgd_epsilon + 0.5 + 0.5
+    assert report.total_epsilon < report.dp_sgd_epsilon + 0.5 + stage1["total_epsilon"] + epsilon0
+    # Stage 0 without a finite guarantee: no finite total.
+    stage1["pretrained"]["record"] = {**stage0, "total_epsilon": "inf"}
+    assert ledger_report.class_totals(ledger.lineage_of_record(stage1)).epsilon == float("inf")
