@@ -81,7 +81,7 @@ LORA_TARGETS = "q,k,v,o,wi,wo"
 LORA_LOT = 4096
 LORA_WARMUP = 8  # DP_WARMUP scaled by DP_LOT / LORA_LOT: the same fraction of T.
 LORA_LEARNING_RATE = 2e-2
-# The non-private reference's recipe (WORKSPACE.md, "Long measured runs").
+# The non-private reference's recipe (docs/results/m30k_nonprivate_ref/README.md).
 NONPRIVATE_LOT = 128
 NONPRIVATE_EPOCHS = 20
 NONPRIVATE_LEARNING_RATE = 1e-3

@@ -1,6 +1,6 @@
 """A short public IN-DOMAIN stage: the public model fine-tuned on half of Multi30K's validation.
 
-Issue 27's next lever (WORKSPACE.md): the public model (configs/public_de_en.py,
+Issue 27's next lever (docs/results/captions/README.md): the public model (configs/public_de_en.py,
 36.1 BLEU on Tatoeba) scores only 0.98 BLEU zero-shot on Multi30K's captions,
 another domain. Multi30K's validation split is PUBLIC (the data README), so a
 non-private stage may train on it without spending privacy: here on 507 of its

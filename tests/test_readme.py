@@ -43,16 +43,37 @@ def test_readme_result_tables_are_the_committed_runs_results():
         assert table.strip() == expected.strip(), folder
 
 
+# The first line of a hand-written lab note under docs/results (a run's README.md, HISTORY.md):
+# its run logs and scripts name the project machine's /work/ and /tmp/ folders, nothing else.
+NOTES_MARK = "<!-- notes: lab notes, not a published run file (tests/test_readme.py) -->"
+LOCAL_PATH = re.compile(r"(?<![\w.])/(?:work|home|root|tmp|usr|opt|Users|var)/|site-packages")
+NOTES_LOCAL_PATH = re.compile(r"(?<![\w.])/(?:home|root|usr|opt|Users|var)/|site-packages")
+
+
+def local_path_in(text: str) -> str | None:
+    """The local path a committed results file names (a lab note: outside the lab's folders)."""
+    notes = text.startswith(NOTES_MARK + "\n")
+    match = (NOTES_LOCAL_PATH if notes else LOCAL_PATH).search(text)
+    return match.group(0) if match else None
+
+
 def test_committed_results_hold_no_local_path():
     """The published files under docs/results name local files, never locate them
     (results.json once held the BERTScore encoder's site-packages folder)."""
     results = README.parent / "docs" / "results"
     texts = [p for p in results.rglob("*") if p.suffix in (".json", ".md", ".jsonl", ".csv")]
     assert texts, "docs/results should hold the committed runs' files"
-    absolute = re.compile(r"(?<![\w.])/(?:work|home|root|tmp|usr|opt|Users|var)/|site-packages")
     for path in texts:
-        match = absolute.search(path.read_text(errors="replace"))
-        assert not match, f"{path} holds a local path near {match.group(0)!r}"
+        found = local_path_in(path.read_text(errors="replace"))
+        assert not found, f"{path} holds a local path near {found!r}"
+
+
+def test_only_lab_notes_name_the_lab_machines_folders():
+    note = f"{NOTES_MARK}\n# A run\nStarted by `/work/runs/chain.sh`; log in /tmp/x.log.\n"
+    assert local_path_in(note) is None
+    assert local_path_in(note + "the encoder in /home/me/.cache\n") == "/home/"
+    assert local_path_in(note.replace(NOTES_MARK, "# model card")) == "/work/"
+    assert local_path_in("{}\n" + note) == "/work/"  # The mark counts only as the first line.
 
 
 def test_readme_runs_tables_are_the_committed_runs_results():
