@@ -15,7 +15,7 @@ Train is the mixture, shuffled, of (weights are row repeats an epoch,
   * `detok:wmt16` x 1: the WMT sample, Moses-detokenised (news).
 
 Multi30K's train split (the private corpus of the DP rows) is read by no
-part of this stage, and test 2016 by none (tests/test_public_configs.py).
+part of this stage, and test 2016 by none (tests/data/test_public_stage_text.py).
 
 Vocabulary: a joint de+en SentencePiece (unigram, byte fallback) of 16,000
 pieces learnt from the same three public corpora (`sentencepiece_public`:
