@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-from dpnmt import atomic_file, fault_points, model_card
+from dpnmt import atomic_file, fault_points, manifest, model_card
 from dpnmt.config import DataConfig, EvalConfig, ModelConfig
 from dpnmt.data import corpus_record, hf_tokenizer, text_objective, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
@@ -113,7 +113,7 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(run, workdir)
         settings = _settings(run.data, run.model, run.eval)
     else:
-        lost = export_record.missing_record_problem(model_dir, "--model")
+        lost = export_record.problem(model_dir, "--model")
         if lost is not None:  # Served silently, its guarantee would be unknown.
             raise MissingInputError(lost)
         settings = {}
@@ -287,6 +287,7 @@ def export_run(workdir: str, out_dir: str) -> str:
         fault_points.reached(fault_points.EXPORT_WEIGHTS_WRITTEN)
         write_json(os.path.join(building, SETTINGS_FILE), settings)
         atomic_file.write_atomic(os.path.join(building, CARD_FILE), card)
+        manifest.write(building)  # Last: every file's sha256 (SHA256SUMS), checked on load.
     return card
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers
 
-from dpnmt import fault_points, release
+from dpnmt import fault_points, manifest, release
 from dpnmt.config import RunConfig
 from dpnmt.data import tokenizers
 from dpnmt.errors import MissingInputError
@@ -272,6 +272,20 @@ def test_an_export_without_its_record_is_no_start_and_translates_nothing(run, tm
     assert claim.dpnmt_export and claim.record is not None
     (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert "without its privacy record" not in problem
+
+
+def test_an_export_lists_its_files_and_a_changed_one_is_no_start(run, tmp_path):
+    _, out, _ = run
+    listed = manifest.read(str(out))
+    assert sorted(listed) == sorted(p.name for p in out.iterdir() if p.name != manifest.FILE)
+    assert manifest.problems(str(out)) == []
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    with open(copy / "model.safetensors", "r+b") as f:  # Cut short after the export.
+        f.truncate(1000)
+    for line in _refusals(copy):
+        assert "its files are not the ones exported (model.safetensors: its sha256" in line
+        assert "\n" not in line
 
 
 def test_the_export_app_prints_one_line_without_library_logs(run, tmp_path):

@@ -8,6 +8,10 @@ hand-made folder) is never a valid start: fine-tuning it would drop the
 export's ε, and translating with it would serve a model whose guarantee is
 unknown. Light: only `json` and `os`, and `models.pretrained.find_file` when
 asked about a hub id.
+
+An export also lists its files' sha256 (`dpnmt.manifest`, written last):
+a local folder whose files differ from that list (changed, truncated,
+missing or added after the export) is refused the same way (`problem`).
 """
 
 import json
@@ -65,4 +69,27 @@ def missing_record_problem(name_or_path: str, flag: str) -> str | None:
         f"{flag}={name_or_path} is a dpnmt export without its privacy record ({RECORD_FILE}: "
         "cut short by a kill, or left out of a copy), so its ε is unknown; export the run "
         "again (python -m dpnmt.export --workdir=RUN --out=NEW_FOLDER) or copy the whole folder."
+    )
+
+
+def problem(name_or_path: str, flag: str) -> str | None:
+    """One line refusing `name_or_path` as a start or a translator, or None.
+
+    A dpnmt export without its record (`missing_record_problem`), or a local
+    folder whose files differ from its `SHA256SUMS` (`dpnmt.manifest`).
+    """
+    from dpnmt import manifest  # noqa: PLC0415 - the base layer; kept beside its one use.
+
+    lost = missing_record_problem(name_or_path, flag)
+    if lost is not None or not os.path.isdir(name_or_path):
+        return lost
+    try:
+        changed = manifest.problems(name_or_path)
+    except ValueError as error:
+        changed = [str(error)]
+    if not changed:
+        return None
+    return (
+        f"{flag}={name_or_path}: its files are not the ones exported ({'; '.join(changed[:3])}); "
+        "export the run again, or copy the whole folder again."
     )

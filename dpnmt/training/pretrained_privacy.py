@@ -166,12 +166,12 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
         is_export, settings = read_export_settings(name)
     except RecordUnreadable as error:
         return _unreadable(name, declared, run.dp.enabled, error, shared_unit(run))
-    if not is_export:
-        from dpnmt.models import export_record  # noqa: PLC0415 - flax only when needed.
+    from dpnmt.models import export_record  # noqa: PLC0415 - flax only when needed.
 
-        lost = export_record.missing_record_problem(name, "model.name_or_path")
-        if lost is not None:  # Any run: its ε would be dropped, never composed.
-            return PretrainedClaim(True, True, declared, math.inf, None, _UNBOUNDED), lost
+    lost = export_record.problem(name, "model.name_or_path")
+    if lost is not None:  # Record lost or files changed: its ε would be dropped or wrong.
+        return PretrainedClaim(True, True, declared, math.inf, None, _UNBOUNDED), lost
+    if not is_export:
         note = (
             f"not a dpnmt export (no {SETTINGS_FILE} privacy record): its own training data "
             "are outside this report"
