@@ -185,7 +185,7 @@ def group_clipped_sum(
         sums, grads = jax.vmap(jax.value_and_grad(one_group), in_axes=(None, 0))(
             params, group_batch
         )
-        grad_sum, norms = clip_and_sum(grads, l2_clip=l2_clip, mask=group_mask)
+        grad_sum, norms = clip_and_sum(grads, l2_clip=l2_clip, mask=group_mask, params=params)
     counted = group_mask & jnp.isfinite(norms) & jnp.isfinite(sums)
     rows = jnp.sum(jnp.where(counted, jnp.sum(row_mask.astype(jnp.float32) != 0, axis=1), 0))
     total = jnp.sum(jnp.where(counted, sums, 0.0))

@@ -52,7 +52,7 @@ def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_nam
         spmd_axis_name=spmd_axis_name,
     )
     losses, per_example_grads = value_and_grad(params, batch, keys)
-    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask)
+    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask, params=params)
     return grad_sum, norms, losses
 
 

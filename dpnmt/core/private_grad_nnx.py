@@ -36,7 +36,7 @@ def _vmap_clipped_sum_nnx(loss_fn, model, batch, mask, l2_clip, keys, spmd_axis_
         in_axes=(None, 0, None if keys is None else 0),
         spmd_axis_name=spmd_axis_name,
     )(state, batch, keys)
-    grad_sum, norms = clipping.clip_and_sum(grads, l2_clip=l2_clip, mask=mask)
+    grad_sum, norms = clipping.clip_and_sum(grads, l2_clip=l2_clip, mask=mask, params=state)
     return grad_sum, norms, losses
 
 

@@ -122,7 +122,7 @@ data = {"x": jax.random.normal(jax.random.key(0), (8, 3))}
 mask = jnp.ones(8)
 grad_sum, _, _ = core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5, clipping="vmap")
 grads = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(params, data)
-expected, _ = core.clip_and_sum(grads, l2_clip=0.5, mask=mask)
+expected, _ = core.clip_and_sum(grads, l2_clip=0.5, mask=mask, params=params)
 assert jnp.allclose(grad_sum["w"], expected["w"]), (grad_sum, expected)
 lot = core.poisson_lot(jax.random.key(1), 8, 0.5, microbatch_size=4, max_microbatches=4)
 step = dict(l2_clip=0.5, noise_multiplier=1.0, expected_lot_size=4.0)
