@@ -269,15 +269,16 @@ def dp_multi_steps(
     expected_lot_size: float,
     noise_mode: str = noise.FLOAT,
     loss_fn: Callable[..., chex.Array] | None = None,
-    clipping: str = "ghost",
+    clipping: str = private_grad.AUTO,
     microbatch_size: int | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """DP-SGD around an optimizer, composed like `optax.MultiSteps`: no step until the lot ends.
 
     Each `update` adds one masked micro-batch to the lot: per-example
     gradients (`dp_step.add_per_example_grads`), or, with `loss_fn`, the
-    micro-batch's examples themselves, clipped by `private_grad_sum` (ghost
-    clipping by default: no per-example gradients in memory). On the lot's
+    micro-batch's examples themselves, clipped by `private_grad_sum` (by
+    default ghost clipping for a Flax loss: no per-example gradients in
+    memory; vmap for a pure-JAX one). On the lot's
     last micro-batch (`release=True`) the lot is released once
     (`dp_step.release`: noise N(0, σ²C²) on the clipped sum, ÷ L, key
     `noise_key_for_step(noise_key, k)` for lot k) and `tx` takes one step on
@@ -306,7 +307,8 @@ def dp_multi_steps(
       loss_fn: None (`update` takes per-example gradients), or
         `loss_fn(params, example[, key]) -> scalar` for ONE example (see
         `private_grad_sum`): `update` then takes the micro-batch's examples.
-      clipping: with `loss_fn`, "ghost" (default) or "vmap": cost, not result.
+      clipping: with `loss_fn`, "auto" (default: ghost where it applies and flax
+        is installed, else vmap), "ghost" or "vmap": cost, not result.
       microbatch_size: with `loss_fn`, rows per sequential clipping chunk.
 
     Returns:
@@ -324,14 +326,13 @@ def dp_multi_steps(
       `DpMultiStepsState` for what the state holds (no key).
     """
     noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
-    if loss_fn is None and (clipping != "ghost" or microbatch_size is not None):
+    if loss_fn is None and (clipping == "vmap" or microbatch_size is not None):
         raise ValueError(
             "dp_multi_steps: clipping= and microbatch_size= apply only with loss_fn= (then "
             "update takes the micro-batch's examples); without it, update clips the "
             "per-example gradients it is given."
         )
-    if clipping not in private_grad.CLIPPING_METHODS:
-        raise ValueError(f"clipping={clipping!r}: use one of {private_grad.CLIPPING_METHODS}.")
+    private_grad.check_clipping(clipping)
 
     def init_fn(params):
         return DpMultiStepsState(jnp.zeros((), jnp.int32), dp_step.init(params), tx.init(params))

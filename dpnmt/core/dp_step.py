@@ -111,7 +111,7 @@ def add_microbatch(
     *,
     l2_clip: float,
     dropout_key: chex.PRNGKey | None = None,
-    clipping: str = "ghost",
+    clipping: str = private_grad.AUTO,
     microbatch_size: int | None = None,
 ) -> tuple[LotState, chex.Array]:
     """Adds one masked micro-batch's sum of clipped per-example gradients to the lot.
@@ -126,7 +126,8 @@ def add_microbatch(
       l2_clip: C > 0, concrete.
       dropout_key: this micro-batch's dropout key (`dropout_key(dropout_base,
         step, index)`), or None.
-      clipping: "ghost" (default) or "vmap": cost, not result.
+      clipping: "auto" (default: ghost where it applies and flax is installed,
+        else vmap), "ghost" or "vmap": cost, not result.
       microbatch_size: rows per sequential clipping chunk (None: all at once).
 
     Returns:
@@ -156,7 +157,7 @@ def add_group_microbatch(
     *,
     l2_clip: float,
     dropout_key: chex.PRNGKey | None = None,
-    clipping: str = "ghost",
+    clipping: str = private_grad.AUTO,
 ) -> tuple[LotState, chex.Array]:
     """Adds one micro-batch of whole groups, each group's gradient clipped to C once.
 
@@ -174,7 +175,7 @@ def add_group_microbatch(
       row_mask: `[G, k]` 0/1; unused slots and padding groups add exactly zero.
       l2_clip: C > 0, concrete.
       dropout_key: this micro-batch's dropout key (`dropout_key`), or None.
-      clipping: "ghost" (default) or "vmap".
+      clipping: "auto" (default), "ghost" or "vmap" (see `group_clipped_sum`).
 
     Returns:
       `(lot, loss_sum)`: the lot with the groups added (its count grows by

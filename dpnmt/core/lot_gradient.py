@@ -27,7 +27,7 @@ def private_lot_gradient(
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    clipping: str = "ghost",
+    clipping: str = "auto",
     dropout_key: chex.PRNGKey | None = None,
     noise_mode: str = "float",
 ) -> chex.ArrayTree:
@@ -56,7 +56,7 @@ def private_lot_gradient(
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L = q·N, the fixed divisor.
-      clipping: `"ghost"` or `"vmap"` (see `private_grad_sum`).
+      clipping: `"auto"` (default), `"ghost"` or `"vmap"` (see `private_grad_sum`).
       dropout_key: optional key for the loss (e.g. dropout); micro-batch k gets
         `fold_in(dropout_key, k)`, passed as `private_grad_sum`'s `dropout_key`, and
         `loss_fn` is then called as `loss_fn(params, example, key)`. Use a new

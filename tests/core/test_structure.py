@@ -129,10 +129,19 @@ step = dict(l2_clip=0.5, noise_multiplier=1.0, expected_lot_size=4.0)
 grad = core.private_lot_gradient(loss_fn, params, data, lot, jax.random.key(2),
                                  clipping="vmap", **step)
 assert bool(jnp.all(jnp.isfinite(grad["w"])))
+# The default, clipping="auto", runs vmap without flax (issue 64 item 2): no error, no warning.
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    auto = core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5)
+    assert auto.clipping == "vmap" and jnp.allclose(auto.grad_sum["w"], grad_sum["w"])
+    auto_grad = jax.jit(lambda p: core.private_lot_gradient(
+        loss_fn, p, data, lot, jax.random.key(2), **step))(params)
+    assert jnp.array_equal(auto_grad["w"], grad["w"])
 for call in (
-    lambda: core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5),
+    lambda: core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5, clipping="ghost"),
     lambda: jax.jit(lambda p: core.private_lot_gradient(
-        loss_fn, p, data, lot, jax.random.key(2), **step))(params),
+        loss_fn, p, data, lot, jax.random.key(2), clipping="ghost", **step))(params),
 ):
     try:
         call()
@@ -144,7 +153,8 @@ for call in (
 
 
 def test_core_imports_and_clips_without_flax_and_ghost_names_the_extra():
-    """flax is the optional `ghost` extra: without it, vmap works and ghost says what to install."""
+    """flax is the optional `ghost` extra: without it, vmap (and "auto", the default) works
+    and ghost says what to install."""
     out = subprocess.run(
         [sys.executable, "-c", _WITHOUT_FLAX], capture_output=True, text=True, check=False
     )
