@@ -93,6 +93,7 @@ class MicroBatches:
         Raises:
           ValueError: the leaves of `examples` differ in their leading axis,
             it is not `num_examples`, or a concrete `index` is outside [0, K).
+          TypeError: `index` is not an integer.
         """
         num_rows = validation.check_batch_axis("examples", examples)
         if num_rows != self.num_examples:
@@ -102,8 +103,9 @@ class MicroBatches:
                 f"{num_rows}, ...), to_microbatches(..., num_examples={num_rows})) or pass "
                 "the data set it was drawn for."
             )
+        index = validation.check_step("index", index)  # An integer: 1.5 is refused.
         num_microbatches = self.indices.shape[0]
-        if validation.is_concrete(index) and not 0 <= int(index) < num_microbatches:
+        if validation.is_concrete(index) and int(index) >= num_microbatches:
             raise ValueError(
                 f"micro-batch index {int(index)} is outside [0, {num_microbatches}): the lot "
                 f"has {num_microbatches} micro-batches."

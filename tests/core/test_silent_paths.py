@@ -76,6 +76,10 @@ class GatherTest(parameterized.TestCase):
             lot.gather({"x": jnp.zeros((100, 2)), "y": jnp.zeros(99)}, 0)
         with self.assertRaisesRegex(ValueError, "micro-batch index 6 is outside"):
             lot.gather(_data(100), 6)
+        with self.assertRaisesRegex(ValueError, r"index must lie in \[0, 2\*\*32\)"):
+            lot.gather(_data(100), -1)
+        with self.assertRaisesRegex(TypeError, "index must be an integer"):
+            lot.gather(_data(100), 1.0)
 
     def test_an_out_of_range_traced_index_never_copies_a_real_row(self):
         """Traced indices given to `to_microbatches` cannot be checked; a clamping
