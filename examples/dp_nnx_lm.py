@@ -75,13 +75,13 @@ def train(steps: int = 30, epsilon: float = 2.0, num_train: int = 4096, lot_size
             max_microbatches=capacity,
         )
 
-        def add(acc, micro):  # one masked micro-batch, ghost-clipped to CLIP
-            indices, mask = micro
-            clipped = core.private_grad_sum_nnx(loss_fn, model, data[indices], mask, l2_clip=CLIP)
+        def add(acc, k):  # micro-batch k: its rows (checked against N), ghost-clipped to CLIP
+            rows, mask = lot.gather(data, k), lot.mask[k]
+            clipped = core.private_grad_sum_nnx(loss_fn, model, rows, mask, l2_clip=CLIP)
             return core.accumulate(acc, clipped.grad_sum, jnp.sum(mask)), None
 
         empty = core.init_accumulator(nnx.state(model, nnx.Param))
-        acc, _ = jax.lax.scan(add, empty, (lot.indices, lot.mask))
+        acc, _ = jax.lax.scan(add, empty, jnp.arange(capacity))
         key = core.noise_key_for_step(noise_key, t)
         optimizer.update(
             model,

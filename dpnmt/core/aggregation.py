@@ -47,7 +47,6 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from dpnmt.core import accumulation, deprecation, dp_step, noise, private_grad, validation
@@ -86,31 +85,6 @@ def _step_key(noise_key, count) -> chex.PRNGKey:
             "out of the optimizer state and checkpoints."
         )
     return noise.noise_key_for_step(noise_key, count)
-
-
-def _check_per_example(grads: chex.ArrayTree, shapes: chex.ArrayTree, what: str) -> None:
-    """Raises ValueError unless every leaf of `grads` is `[B, *shape]` for `shapes`' leaf."""
-    grad_paths, grad_def = jax.tree_util.tree_flatten_with_path(grads)
-    want_leaves, want_def = jax.tree_util.tree_flatten(shapes)
-    if grad_def != want_def:
-        raise ValueError(
-            f"per_example_grads has tree structure {grad_def} but {what} has {want_def}: "
-            "pass one gradient leaf per parameter, with a leading per-example axis."
-        )
-    batch = {np.shape(leaf)[:1] for _, leaf in grad_paths}
-    for (path, leaf), want in zip(grad_paths, want_leaves, strict=True):
-        if np.shape(leaf)[1:] != np.shape(want) or np.ndim(leaf) != np.ndim(want) + 1:
-            raise ValueError(
-                f"per_example_grads{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, "
-                f"but the {what} leaf has shape {np.shape(want)}: it needs a leading "
-                f"per-example axis, [B, *{np.shape(want)}]. Pass per-example gradients "
-                "(e.g. jax.vmap(jax.grad(loss), in_axes=(None, 0))), not a batch gradient."
-            )
-    if len(batch) != 1:
-        raise ValueError(
-            f"per_example_grads leaves have different per-example axes {sorted(batch)}; "
-            "every leaf needs the same leading size B."
-        )
 
 
 @deprecation.deprecated_arguments(positional=("l2_clip", "noise_multiplier", "expected_lot_size"))
@@ -157,7 +131,6 @@ def dp_aggregate(
                 "that every gradient leaf has the per-example axis): "
                 "tx.update(per_example_grads, state, params, noise_key=...)."
             )
-        _check_per_example(updates, params, "params")
         step_key = _step_key(noise_key, state.count)
         lot = dp_step.add_per_example_grads(dp_step.init(params), updates, mask, l2_clip=l2_clip)
         noisy = dp_step.release(lot, step_key, **noise_args)
@@ -245,7 +218,6 @@ def dp_accumulate_aggregate(
 
     def update_fn(updates, state, params=None, *, noise_key=None, mask=None, release, **extra_args):
         del params, extra_args
-        _check_per_example(updates, state.accumulator.grad_sum, "accumulator (params)")
         step_key = _step_key(noise_key, state.count)
         lot = dp_step.add_per_example_grads(state.accumulator, updates, mask, l2_clip=l2_clip)
         empty = dp_step.init(lot.grad_sum)
@@ -297,15 +269,16 @@ def dp_multi_steps(
     expected_lot_size: float,
     noise_mode: str = noise.FLOAT,
     loss_fn: Callable[..., chex.Array] | None = None,
-    clipping: str = "ghost",
+    clipping: str = private_grad.AUTO,
     microbatch_size: int | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """DP-SGD around an optimizer, composed like `optax.MultiSteps`: no step until the lot ends.
 
     Each `update` adds one masked micro-batch to the lot: per-example
     gradients (`dp_step.add_per_example_grads`), or, with `loss_fn`, the
-    micro-batch's examples themselves, clipped by `private_grad_sum` (ghost
-    clipping by default: no per-example gradients in memory). On the lot's
+    micro-batch's examples themselves, clipped by `private_grad_sum` (by
+    default ghost clipping for a Flax loss: no per-example gradients in
+    memory; vmap for a pure-JAX one). On the lot's
     last micro-batch (`release=True`) the lot is released once
     (`dp_step.release`: noise N(0, σ²C²) on the clipped sum, ÷ L, key
     `noise_key_for_step(noise_key, k)` for lot k) and `tx` takes one step on
@@ -334,7 +307,8 @@ def dp_multi_steps(
       loss_fn: None (`update` takes per-example gradients), or
         `loss_fn(params, example[, key]) -> scalar` for ONE example (see
         `private_grad_sum`): `update` then takes the micro-batch's examples.
-      clipping: with `loss_fn`, "ghost" (default) or "vmap": cost, not result.
+      clipping: with `loss_fn`, "auto" (default: ghost where it applies and flax
+        is installed, else vmap), "ghost" or "vmap": cost, not result.
       microbatch_size: with `loss_fn`, rows per sequential clipping chunk.
 
     Returns:
@@ -352,21 +326,19 @@ def dp_multi_steps(
       `DpMultiStepsState` for what the state holds (no key).
     """
     noise_args = _noise_args(l2_clip, noise_multiplier, expected_lot_size, noise_mode)
-    if loss_fn is None and (clipping != "ghost" or microbatch_size is not None):
+    if loss_fn is None and (clipping == "vmap" or microbatch_size is not None):
         raise ValueError(
             "dp_multi_steps: clipping= and microbatch_size= apply only with loss_fn= (then "
             "update takes the micro-batch's examples); without it, update clips the "
             "per-example gradients it is given."
         )
-    if clipping not in private_grad.CLIPPING_METHODS:
-        raise ValueError(f"clipping={clipping!r}: use one of {private_grad.CLIPPING_METHODS}.")
+    private_grad.check_clipping(clipping)
 
     def init_fn(params):
         return DpMultiStepsState(jnp.zeros((), jnp.int32), dp_step.init(params), tx.init(params))
 
     def add(lot, updates, params, mask, dropout_key):
         if loss_fn is None:
-            _check_per_example(updates, lot.grad_sum, "accumulator (params)")
             return dp_step.add_per_example_grads(lot, updates, mask, l2_clip=l2_clip)
         if params is None:
             raise ValueError(

@@ -7,6 +7,7 @@ turning it into a private release is the job of `dpnmt.core.noise` and
 """
 
 import math
+import warnings
 
 import chex
 import jax
@@ -126,8 +127,15 @@ def clip_and_sum(
     *,
     l2_clip: float,
     mask: chex.Array | None = None,
+    params: chex.ArrayTree | None = None,
 ) -> tuple[chex.ArrayTree, chex.Array]:
     """Clips each example's gradient to L2 norm `l2_clip`, then sums over the batch.
+
+    The per-example axis is explicit: with `params` (the parameters, or their
+    `jax.ShapeDtypeStruct`s), every leaf must be `[B, *param.shape]`. Without
+    it, the leading axis is taken on trust, and a batch gradient whose leaves
+    all lead with the same size (an MLP of square kernels) would be clipped as
+    rows, bounding nothing: that spelling is deprecated and warns.
 
     Example `i` is scaled by `min(1, l2_clip / norm_i)`, rounded down and from
     the norm raised by its float32 rounding bound (`norm_upper_bounds`), so no
@@ -142,6 +150,8 @@ def clip_and_sum(
         it static under `jax.jit`).
       mask: optional `[B]` 0/1 indicator (bool or numeric; not weights: a
         traced mask counts any non-zero entry as 1); rows with 0 are ignored.
+      params: the parameters the gradients are of (only shapes read); each
+        gradient leaf must be `[B, *param.shape]`. Omitting it is deprecated.
 
     Returns:
       `(grad_sum, norms)`: `grad_sum` has the structure of one example's
@@ -150,8 +160,23 @@ def clip_and_sum(
       example is removed. `norms` is float32 `[B]`,
       the unclipped norms (non-finite where the example was dropped as
       non-finite; see `count_nonfinite`).
+
+    Raises:
+      ValueError: a gradient leaf is not `[B, *param.shape]` for `params`, the
+        leaves' leading sizes differ, `l2_clip` <= 0 or a bad `mask`.
     """
     l2_clip = validation.check_positive("l2_clip", l2_clip)
+    validation.check_batch_axis("per_example_grads", per_example_grads)
+    if params is None:
+        warnings.warn(
+            "dpnmt.core: clip_and_sum() without params= is deprecated: the per-example axis "
+            "is then unchecked, and a batch gradient whose leaves share a leading size is "
+            "clipped as rows. Pass params= (the parameters or their shapes).",
+            deprecation.ArgumentDeprecationWarning,
+            stacklevel=3,  # past the deprecated_arguments wrapper, at the caller
+        )
+    else:
+        validation.check_per_example_axis(per_example_grads, params, "params")
     norms = per_example_l2_norms(per_example_grads)
     keep, scale = clip_factors(norm_upper_bounds(norms, per_example_grads), l2_clip, mask)
     return jax.tree_util.tree_map(

@@ -34,7 +34,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpnmt.core import accumulation, clipping, deprecation, group_clipping, noise, private_grad
+from dpnmt.core import (
+    accumulation,
+    clipping,
+    deprecation,
+    group_clipping,
+    noise,
+    private_grad,
+    validation,
+)
 
 # The lot's running clipped sum and real-example count: PRIVATE until `release`.
 LotState = accumulation.AccumulatorState
@@ -80,8 +88,11 @@ def dropout_key(dropout_base: chex.PRNGKey, step, index) -> chex.PRNGKey:
 
     Secret like its base: an example's key follows its row in the lot, and
     public keys would let adding one example change the others' known dropout
-    masks (moving the clipped sum by more than C).
+    masks (moving the clipped sum by more than C). `step` and `index` must be
+    integers (`validation.check_step`): a float would be truncated and reuse a key.
     """
+    step = validation.check_step("step", step)
+    index = validation.check_step("index", index)
     return jax.random.fold_in(jax.random.fold_in(dropout_base, step), index)
 
 
@@ -100,7 +111,7 @@ def add_microbatch(
     *,
     l2_clip: float,
     dropout_key: chex.PRNGKey | None = None,
-    clipping: str = "ghost",
+    clipping: str = private_grad.AUTO,
     microbatch_size: int | None = None,
 ) -> tuple[LotState, chex.Array]:
     """Adds one masked micro-batch's sum of clipped per-example gradients to the lot.
@@ -115,7 +126,8 @@ def add_microbatch(
       l2_clip: C > 0, concrete.
       dropout_key: this micro-batch's dropout key (`dropout_key(dropout_base,
         step, index)`), or None.
-      clipping: "ghost" (default) or "vmap": cost, not result.
+      clipping: "auto" (default: ghost where it applies and flax is installed,
+        else vmap), "ghost" or "vmap": cost, not result.
       microbatch_size: rows per sequential clipping chunk (None: all at once).
 
     Returns:
@@ -145,7 +157,7 @@ def add_group_microbatch(
     *,
     l2_clip: float,
     dropout_key: chex.PRNGKey | None = None,
-    clipping: str = "ghost",
+    clipping: str = private_grad.AUTO,
 ) -> tuple[LotState, chex.Array]:
     """Adds one micro-batch of whole groups, each group's gradient clipped to C once.
 
@@ -163,7 +175,7 @@ def add_group_microbatch(
       row_mask: `[G, k]` 0/1; unused slots and padding groups add exactly zero.
       l2_clip: C > 0, concrete.
       dropout_key: this micro-batch's dropout key (`dropout_key`), or None.
-      clipping: "ghost" (default) or "vmap".
+      clipping: "auto" (default), "ghost" or "vmap" (see `group_clipped_sum`).
 
     Returns:
       `(lot, loss_sum)`: the lot with the groups added (its count grows by
@@ -196,9 +208,13 @@ def add_per_example_grads(
     """Adds gradients computed elsewhere (every leaf `[b, *param.shape]`), clipped to C.
 
     Rows with mask 0 (padding) add exactly zero; `mask=None` counts all b rows.
-    The result is PRIVATE until `release`.
+    The result is PRIVATE until `release`. Each leaf's per-example axis is
+    checked against the lot's (the parameters') shapes: a batch gradient is a
+    `ValueError`, never clipped as rows.
     """
-    grad_sum, _ = clipping.clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask)
+    grad_sum, _ = clipping.clip_and_sum(
+        per_example_grads, l2_clip=l2_clip, mask=mask, params=lot.grad_sum
+    )
     if mask is None:
         real = jnp.asarray(jax.tree_util.tree_leaves(per_example_grads)[0].shape[0], jnp.int32)
     else:

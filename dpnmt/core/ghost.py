@@ -97,6 +97,7 @@ from dpnmt.core.ghost_norms import uses_of as _uses_of
 from dpnmt.core.ghost_norms import weighted_sum as _weighted_sum  # noqa: F401
 from dpnmt.core.ghost_trace import (
     LeakedInputError,
+    NothingToFactoriseError,
     PlanMismatchError,
     abstract_values,
     check_output,
@@ -119,13 +120,18 @@ UNINTERCEPTABLE = (jax.errors.UnexpectedTracerError, LeakedInputError, PlanMisma
 _warned: set[tuple[str, ...]] = set()
 
 
+def has_flax() -> bool:
+    """Whether flax (the `ghost` extra) imports, so that ghost clipping can run."""
+    return nn is not None
+
+
 def require_flax() -> None:
     """Raises ImportError, naming the fix, when flax (the `ghost` extra) cannot be imported."""
     if nn is None:
         raise ImportError(
-            'clipping="ghost" (the default) needs flax, which `pip install dpnmt` does not '
-            'install: run `pip install "dpnmt[ghost]"`, or pass clipping="vmap": '
-            "the same clipped sum from "
+            'clipping="ghost" needs flax, which `pip install dpnmt` does not '
+            'install: run `pip install "dpnmt[ghost]"`, or pass clipping="vmap" (or "auto", '
+            "the default, which picks vmap without flax): the same clipped sum from "
             "per-example gradients, all a loss without Flax layers gets from ghost clipping. "
             f"(import flax.linen: {type(_FLAX_MISSING).__name__}: {_FLAX_MISSING})",
             name="flax",
@@ -301,6 +307,8 @@ def ghost_clipped_sum(
     l2_clip: float,
     keys: chex.Array | None,
     spmd_axis_name: str | None = None,
+    *,
+    require_layers: bool = False,
 ) -> tuple[chex.ArrayTree, chex.Array, chex.Array]:
     """Clipped sum, norms and losses of one batch by book-keeping.
 
@@ -313,6 +321,9 @@ def ghost_clipped_sum(
       l2_clip: clipping norm C > 0.
       keys: `[B]` per-example keys, or None (then `loss_fn` takes no key).
       spmd_axis_name: passed to `jax.vmap`.
+      require_layers: raise `NothingToFactoriseError` (after the analysis, before
+        any per-example pass) when no parameter is used only through recognised
+        calls: `clipping="auto"` then takes the vmap path, which gives that sum.
 
     Returns:
       `(grad_sum, norms, losses)`: float32 clipped sum (structure of `params`),
@@ -327,6 +338,8 @@ def ghost_clipped_sum(
     batch_size = mask.shape[0]
     first, first_key = abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, leaves, treedef, first, first_key)
+    if require_layers and not handled:
+        raise NothingToFactoriseError("no parameter is used only through recognised calls")
     fallback = [i for i in range(len(leaves)) if i not in handled]
     plan, zeros = handled_plan(plan, handled)
 

@@ -312,6 +312,7 @@ def ghost_clipped_sum_nnx(
     spmd_axis_name: str | None = None,
     *,
     wrt: Any = None,
+    require_layers: bool = False,
 ) -> tuple[Any, chex.Array, chex.Array]:
     """Clipped sum, norms and losses of one batch by book-keeping (NNX `ghost.ghost_clipped_sum`).
 
@@ -326,6 +327,7 @@ def ghost_clipped_sum_nnx(
       keys: `[B]` per-example keys, or None.
       spmd_axis_name: passed to `jax.vmap`.
       wrt: NNX filter of the trainable variables (default `nnx.Param`).
+      require_layers: as in `ghost.ghost_clipped_sum` (`clipping="auto"`).
 
     Returns:
       `(grad_sum, norms, losses)`: the float32 clipped sum as an `nnx.State`
@@ -342,6 +344,8 @@ def ghost_clipped_sum_nnx(
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
     first, first_key = ghost_trace.abstract_values((batch, keys), 1)
     plan, handled = _analyse(loss_fn, graphdef, treedef, rest, leaves, first, first_key)
+    if require_layers and not handled:
+        raise ghost_trace.NothingToFactoriseError("no parameter is used only through layers")
     fallback = [i for i in range(len(leaves)) if i not in handled]
     plan, zeros = ghost_trace.handled_plan(plan, handled)
 

@@ -30,6 +30,10 @@ class LeakedInputError(RuntimeError):
     """A recognised call ran inside an inner transform: its input cannot be captured."""
 
 
+class NothingToFactoriseError(RuntimeError):
+    """`clipping="auto"`: no parameter is used only through recognised calls (vmap fits)."""
+
+
 def abstract_values(tree: Any, drop: int = 0) -> Any:
     """`ShapeDtypeStruct`s of `tree`'s leaves (weak types kept), less their first `drop` axes."""
     return jax.tree.map(

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from dpnmt.core import ghost, ghost_trace, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
-from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum, checked_scalar_loss
+from dpnmt.core.private_grad import AUTO, PrivateGradSum, check_clipping, checked_scalar_loss
 
 
 def _check_groups(batch: Any, row_mask: chex.Array) -> tuple[int, int]:
@@ -125,17 +125,20 @@ def group_clipped_sum(
       l2_clip: clipping norm C > 0, a concrete number.
       dropout_key: optional PRNG key; row (g, j) gets
         `jax.random.split(dropout_key, G*k)[g*k+j]`.
-      clipping: `"vmap"` (default: per-group gradients, G copies in memory) or
+      clipping: `"vmap"` (default: per-group gradients, G copies in memory),
         `"ghost"` (book-keeping over the group's stacked rows; needs flax;
         compile time grows with k, since it unrolls the k rows; where the
-        layers cannot be factorised, it warns and falls back to `"vmap"`).
+        layers cannot be factorised, it warns and falls back to `"vmap"`) or
+        `"auto"` (ghost where flax is installed and the loss has layers it
+        factorises, vmap otherwise, silently).
 
     Returns:
-      `PrivateGradSum(grad_sum, norms, mean_loss)`: the clipped sum (structure
-      of `params`, float32 or wider), float32 `[G]` unclipped group-gradient
-      norms (non-finite where the group was dropped), and the float32 mean loss
-      over the real rows of the kept groups. ALL PRIVATE: release the sum only
-      through one noisy release per lot; never log the norms or the loss.
+      `PrivateGradSum(grad_sum, norms, mean_loss, clipping)`: the clipped sum
+      (structure of `params`, float32 or wider), float32 `[G]` unclipped
+      group-gradient norms (non-finite where the group was dropped), and the
+      float32 mean loss over the real rows of the kept groups: ALL PRIVATE
+      (release the sum only through one noisy release per lot; never log the
+      norms or the loss); `clipping`, public, the method that ran.
 
     Raises:
       ValueError: bad `clipping`, `l2_clip`, shapes (batch leaves not
@@ -143,10 +146,11 @@ def group_clipped_sum(
         a `loss_fn` that does not return a scalar for one row.
       ImportError: `clipping="ghost"` without flax (`pip install "dpnmt[ghost]"`).
     """
-    if clipping not in CLIPPING_METHODS:
-        raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
+    check_clipping(clipping)
     if clipping == "ghost":
         ghost.require_flax()
+    elif clipping == AUTO and not ghost.has_flax():
+        clipping = "vmap"
     l2_clip = validation.check_positive("l2_clip", l2_clip)
     groups, k = _check_groups(batch, row_mask)
     row_mask = jnp.asarray(row_mask)
@@ -155,21 +159,26 @@ def group_clipped_sum(
     if dropout_key is not None:
         flat = jax.random.split(dropout_key, groups * k)
         keys = flat.reshape((groups, k) + flat.shape[1:])
-    group_loss = _group_loss(
-        checked_scalar_loss(loss_fn), dropout_key is not None, unrolled=clipping == "ghost"
-    )
     group_batch = (batch, row_mask, keys)
 
-    def one_group(params, group):
-        rows, mask, group_keys = group
-        return group_loss(params, rows, mask, group_keys)
+    def group_loss_fn(unrolled: bool):
+        group_loss = _group_loss(checked_scalar_loss(loss_fn), dropout_key is not None, unrolled)
+
+        def one_group(params, group):
+            rows, mask, group_keys = group
+            return group_loss(params, rows, mask, group_keys)
+
+        return one_group
 
     ghosted = None
-    if clipping == "ghost":
+    if clipping != "vmap":
         try:
             ghosted = ghost.ghost_clipped_sum(
-                one_group, params, group_batch, group_mask, l2_clip, None
-            )
+                group_loss_fn(True), params, group_batch, group_mask, l2_clip, None,
+                require_layers=clipping == AUTO,
+            )  # fmt: skip
+        except ghost.NothingToFactoriseError:
+            pass  # "auto" with nothing to factorise: vmap, silently (the same sum).
         except ghost.UNINTERCEPTABLE as error:
             warnings.warn(
                 "ghost clipping cannot factorise loss_fn's layers here "
@@ -182,12 +191,12 @@ def group_clipped_sum(
     if ghosted is not None:
         grad_sum, norms, sums = ghosted
     else:
-        sums, grads = jax.vmap(jax.value_and_grad(one_group), in_axes=(None, 0))(
+        sums, grads = jax.vmap(jax.value_and_grad(group_loss_fn(False)), in_axes=(None, 0))(
             params, group_batch
         )
-        grad_sum, norms = clip_and_sum(grads, l2_clip=l2_clip, mask=group_mask)
+        grad_sum, norms = clip_and_sum(grads, l2_clip=l2_clip, mask=group_mask, params=params)
     counted = group_mask & jnp.isfinite(norms) & jnp.isfinite(sums)
     rows = jnp.sum(jnp.where(counted, jnp.sum(row_mask.astype(jnp.float32) != 0, axis=1), 0))
     total = jnp.sum(jnp.where(counted, sums, 0.0))
     mean_loss = total / jnp.maximum(rows.astype(jnp.float32), 1.0)
-    return PrivateGradSum(grad_sum, norms, mean_loss)
+    return PrivateGradSum(grad_sum, norms, mean_loss, "vmap" if ghosted is None else "ghost")

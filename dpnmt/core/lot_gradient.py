@@ -11,7 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from dpnmt.core import deprecation, dp_step, sampling, validation
+from dpnmt.core import deprecation, dp_step, sampling
 
 
 @deprecation.deprecated_arguments(
@@ -27,7 +27,7 @@ def private_lot_gradient(
     l2_clip: float,
     noise_multiplier: float,
     expected_lot_size: float,
-    clipping: str = "ghost",
+    clipping: str = "auto",
     dropout_key: chex.PRNGKey | None = None,
     noise_mode: str = "float",
 ) -> chex.ArrayTree:
@@ -56,7 +56,7 @@ def private_lot_gradient(
       l2_clip: clipping norm C > 0.
       noise_multiplier: σ >= 0.
       expected_lot_size: L = q·N, the fixed divisor.
-      clipping: `"ghost"` or `"vmap"` (see `private_grad_sum`).
+      clipping: `"auto"` (default), `"ghost"` or `"vmap"` (see `private_grad_sum`).
       dropout_key: optional key for the loss (e.g. dropout); micro-batch k gets
         `fold_in(dropout_key, k)`, passed as `private_grad_sum`'s `dropout_key`, and
         `loss_fn` is then called as `loss_fn(params, example, key)`. Use a new
@@ -73,17 +73,9 @@ def private_lot_gradient(
         out-of-range indices, so a lot drawn for a larger N would count the
         last row many times (sensitivity far above C).
     """
-    num_examples = validation.check_batch_axis("examples", examples)
-    if num_examples != lot.num_examples:
-        raise ValueError(
-            f"the lot was drawn for num_examples = {lot.num_examples} but examples has "
-            f"{num_examples} rows: draw the lot for this data set (poisson_lot(key, "
-            f"{num_examples}, ...), to_microbatches(..., num_examples={num_examples})) or "
-            "pass the data set it was drawn for."
-        )
 
     def body(k, lot_state):
-        rows = jax.tree_util.tree_map(lambda a: a[lot.indices[k]], examples)
+        rows = lot.gather(examples, k)  # Refuses data of another N while tracing.
         key_k = None if dropout_key is None else jax.random.fold_in(dropout_key, k)
         lot_state, _ = dp_step.add_microbatch(
             lot_state,

@@ -116,12 +116,20 @@ def noise_key_for_step(noise_base: chex.PRNGKey, step) -> chex.PRNGKey:
 
     Args:
       noise_base: the run's noise key (from `fresh_seed()` for a release run).
-      step: int or int32 scalar, the 0-based optimizer step.
+      step: int or integer JAX/NumPy scalar (traced or not), the 0-based
+        optimizer step, below 2**32.
 
     Returns:
       A PRNG key.
+
+    Raises:
+      TypeError: `step` is a float or a bool, even 2.0: `fold_in` truncates it
+        (1.5 folds in as 1), so a float step counter would reuse step 1's noise
+        key, and two releases with one key leak their difference exactly.
+      ValueError: `step` is not a scalar, or a concrete step outside [0, 2**32)
+        (`fold_in` takes a 32-bit word).
     """
-    return jax.random.fold_in(noise_base, step)
+    return jax.random.fold_in(noise_base, validation.check_step("step", step))
 
 
 def key_from_seed(seed: int, *, allow_fixed_seed_for_testing: bool = False) -> chex.PRNGKey:

@@ -1,15 +1,17 @@
 """`private_grad_sum`: the clipped per-example gradient sum of a loss, by either method.
 
-It picks `"ghost"` (`dpnmt.core.ghost`) or `"vmap"` (per-example gradients and
-`dpnmt.core.clipping.clip_and_sum`), checks the inputs at the boundary, and
-optionally runs the batch in sequential chunks. The sum's L2 sensitivity to
-adding or removing one example is `l2_clip`.
+It runs `"ghost"` (`dpnmt.core.ghost`) or `"vmap"` (per-example gradients and
+`dpnmt.core.clipping.clip_and_sum`), or picks one (`"auto"`, the default:
+ghost where flax is installed and the loss has layers it factorises), checks
+the inputs at the boundary, and optionally runs the batch in sequential
+chunks. The sum's L2 sensitivity to adding or removing one example is `l2_clip`.
 """
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import chex
 import jax
@@ -18,10 +20,26 @@ import jax.numpy as jnp
 from dpnmt.core import accumulation, deprecation, ghost, ghost_trace, validation
 from dpnmt.core.clipping import call_loss, clip_and_sum
 
+# The methods that run (`PrivateGradSum.clipping`), and the values `clipping=` takes.
 CLIPPING_METHODS = ("ghost", "vmap")
+AUTO = "auto"
+CLIPPING_CHOICES = (AUTO, *CLIPPING_METHODS)
 
 
-class PrivateGradSum(NamedTuple):
+def check_clipping(clipping: str) -> str:
+    """`clipping` if it is one of `CLIPPING_CHOICES`; ValueError naming them otherwise."""
+    if clipping not in CLIPPING_CHOICES:
+        raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_CHOICES}.")
+    return clipping
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["grad_sum", "norms", "mean_loss"],
+    meta_fields=["clipping"],
+)
+@dataclasses.dataclass(frozen=True)
+class PrivateGradSum:
     """What `private_grad_sum` returns; unpacks as `(grad_sum, norms, mean_loss)`.
 
     ALL THREE ARE PRIVATE. Only `grad_sum` is meant to leave, and only through
@@ -37,29 +55,58 @@ class PrivateGradSum(NamedTuple):
       mean_loss: float32 scalar, the mean loss of the unmasked finite rows (0
         when every row is masked). PRIVATE: a private run's training loss;
         never log or publish it.
+      clipping: the method that ran, `"ghost"` or `"vmap"` (what `"auto"`
+        picked, or `"vmap"` where ghost clipping fell back). Public: it depends
+        on the loss and the install, not on the data. A static pytree field
+        (kept through `jax.jit`), not one of the three unpacked values.
     """
 
     grad_sum: chex.ArrayTree
     norms: chex.Array
     mean_loss: chex.Array
+    clipping: str
+
+    def _values(self) -> tuple:
+        return (self.grad_sum, self.norms, self.mean_loss)
+
+    def __iter__(self):
+        """`grad_sum, norms, mean_loss = result`, as when this was a 3-tuple."""
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index):
+        return self._values()[index]
 
 
 def _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
-    """Clipped sum, norms and losses from materialised per-example gradients."""
+    """Clipped sum, norms and losses from materialised per-example gradients, and "vmap"."""
     value_and_grad = jax.vmap(
         jax.value_and_grad(functools.partial(call_loss, loss_fn)),
         in_axes=(None, 0, None if keys is None else 0),
         spmd_axis_name=spmd_axis_name,
     )
     losses, per_example_grads = value_and_grad(params, batch, keys)
-    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask)
-    return grad_sum, norms, losses
+    grad_sum, norms = clip_and_sum(per_example_grads, l2_clip=l2_clip, mask=mask, params=params)
+    return grad_sum, norms, losses, "vmap"
 
 
-def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
-    """Ghost clipping, or vmap (with a warning) where loss_fn's layers cannot be intercepted."""
+def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name, *, auto):
+    """`(grad_sum, norms, losses, method)`: ghost clipping, else vmap.
+
+    vmap where loss_fn's layers cannot be intercepted (with a warning: the
+    user can act), and, with `auto`, where flax is missing or no parameter is
+    used only through layers ghost clipping factorises (silently: vmap is the
+    right method there, and the user asked for none).
+    """
+    args = (loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
+    if auto and not ghost.has_flax():
+        return _vmap_clipped_sum(*args)
     try:
-        return ghost.ghost_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
+        return (*ghost.ghost_clipped_sum(*args, require_layers=auto), "ghost")
+    except ghost.NothingToFactoriseError:
+        return _vmap_clipped_sum(*args)
     except ghost.UNINTERCEPTABLE as error:
         reason = ghost_trace.fallback_reason(
             error,
@@ -74,7 +121,7 @@ def _ghost_or_vmap(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name):
         ghost.GhostClippingWarning,
         stacklevel=4,
     )
-    return _vmap_clipped_sum(loss_fn, params, batch, mask, l2_clip, keys, spmd_axis_name)
+    return _vmap_clipped_sum(*args)
 
 
 def from_batched_loss(batched_loss_fn: Callable[..., chex.Array]) -> Callable[..., chex.Array]:
@@ -149,7 +196,7 @@ def private_grad_sum(
     l2_clip: float,
     dropout_key: chex.PRNGKey | None = None,
     spmd_axis_name: str | None = None,
-    clipping: str = "ghost",
+    clipping: str = AUTO,
     microbatch_size: int | None = None,
 ) -> PrivateGradSum:
     """Sum of clipped per-example gradients, with per-example norms and the mean loss (all PRIVATE).
@@ -160,10 +207,14 @@ def private_grad_sum(
     norm layer by layer from the inputs and output gradients of the Flax
     `nn.Dense` / `nn.Embed` calls inside `loss_fn`, and falls back to
     per-example gradients only for the parameters it cannot factorise. A
-    `loss_fn` that uses no Flax module gets the `vmap` result either way, and
-    so does one whose layers cannot be intercepted (`nn.scan`, `nn.vmap`), with
-    a `ghost.GhostClippingWarning` saying why. `"ghost"` needs flax (the
-    `ghost` extra): without it, it raises rather than switching to `"vmap"`.
+    `loss_fn` whose layers cannot be intercepted (`nn.scan`, `nn.vmap`) gets
+    the `vmap` result, with a `ghost.GhostClippingWarning` saying why.
+    `"auto"` (the default) runs `"ghost"` where flax is installed and some
+    parameter is used only through layers it factorises, and `"vmap"`
+    otherwise (no flax, or a pure-JAX loss: silently, the same sum); the
+    result's `clipping` says which ran. `"ghost"` asked for explicitly needs
+    flax (the `ghost` extra): without it, it raises rather than switching to
+    `"vmap"`, and on a loss with nothing to factorise it warns.
 
     Args:
       loss_fn: `loss_fn(params, example) -> scalar` for ONE example (a slice of
@@ -186,8 +237,9 @@ def private_grad_sum(
         method and micro-batching. Use a different key for every batch
         (`dropout_key(dropout_base, step, index)`), never the noise key.
       spmd_axis_name: passed to `jax.vmap` for batches sharded over a mesh axis.
-      clipping: `"ghost"` (default; needs flax, `pip install "dpnmt[ghost]"`)
-        or `"vmap"`.
+      clipping: `"auto"` (default: ghost where it applies and flax is
+        installed, else vmap), `"ghost"` (needs flax, `pip install
+        "dpnmt[ghost]"`) or `"vmap"`.
       microbatch_size: if set, the batch is processed in sequential chunks of
         this many examples (B must be a multiple of it) to bound peak memory;
         the result is the same.
@@ -200,14 +252,14 @@ def private_grad_sum(
         different lengths, an empty batch (B = 0), or a `loss_fn` that does not return a scalar.
 
     Returns:
-      `PrivateGradSum(grad_sum, norms, mean_loss)`: the clipped sum (structure
-      of `params`), float32 `[B]` unclipped norms, and the float32 mean loss
-      over unmasked, finite rows (0 when every row is masked). ALL PRIVATE: the
-      norms and the loss are un-noised functions of the examples; never log or
-      publish them, and release the sum only through one noisy release per lot.
+      `PrivateGradSum(grad_sum, norms, mean_loss, clipping)`: the clipped sum
+      (structure of `params`), float32 `[B]` unclipped norms, and the float32
+      mean loss over unmasked, finite rows (0 when every row is masked), ALL
+      PRIVATE: the norms and the loss are un-noised functions of the examples;
+      never log or publish them, and release the sum only through one noisy
+      release per lot. `clipping` (public) names the method that ran.
     """
-    if clipping not in CLIPPING_METHODS:
-        raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
+    check_clipping(clipping)
     if clipping == "ghost":
         ghost.require_flax()
     l2_clip = validation.check_positive("l2_clip", l2_clip)
@@ -216,10 +268,18 @@ def private_grad_sum(
     mask = jnp.asarray(mask)
     loss_fn = checked_scalar_loss(loss_fn)
     keys = None if dropout_key is None else jax.random.split(dropout_key, batch_size)
-    method = _ghost_or_vmap if clipping == "ghost" else _vmap_clipped_sum
+    if clipping == "vmap":
+        method = _vmap_clipped_sum
+    else:
+        method = functools.partial(_ghost_or_vmap, auto=clipping == AUTO)
+    ran = []  # The method that ran, set while tracing (a chunk's scan body runs once).
 
     def run(chunk, chunk_mask, chunk_keys):
-        return method(loss_fn, params, chunk, chunk_mask, l2_clip, chunk_keys, spmd_axis_name)
+        *sums, name = method(
+            loss_fn, params, chunk, chunk_mask, l2_clip, chunk_keys, spmd_axis_name
+        )
+        ran.append(name)
+        return sums
 
     if microbatch_size is None or microbatch_size >= batch_size:
         grad_sum, norms, losses = run(batch, mask, keys)
@@ -250,4 +310,4 @@ def private_grad_sum(
     counted = (mask.astype(jnp.float32) != 0) & jnp.isfinite(norms) & jnp.isfinite(losses)
     total = jnp.sum(jnp.where(counted, losses.astype(jnp.float32), 0.0))
     mean_loss = total / jnp.maximum(jnp.sum(counted.astype(jnp.float32)), 1.0)
-    return PrivateGradSum(grad_sum, norms, mean_loss)
+    return PrivateGradSum(grad_sum, norms, mean_loss, ran[-1])

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from dpnmt.core import clipping, ghost, ghost_trace, validation
 from dpnmt.core.ghost_nnx import ghost_clipped_sum_nnx, split_model
-from dpnmt.core.private_grad import CLIPPING_METHODS, PrivateGradSum, checked_scalar_loss
+from dpnmt.core.private_grad import AUTO, PrivateGradSum, check_clipping, checked_scalar_loss
 
 try:  # flax is the optional `ghost` extra.
     from flax import nnx
@@ -36,7 +36,7 @@ def _vmap_clipped_sum_nnx(loss_fn, model, batch, mask, l2_clip, keys, spmd_axis_
         in_axes=(None, 0, None if keys is None else 0),
         spmd_axis_name=spmd_axis_name,
     )(state, batch, keys)
-    grad_sum, norms = clipping.clip_and_sum(grads, l2_clip=l2_clip, mask=mask)
+    grad_sum, norms = clipping.clip_and_sum(grads, l2_clip=l2_clip, mask=mask, params=state)
     return grad_sum, norms, losses
 
 
@@ -50,14 +50,16 @@ def private_grad_sum_nnx(
     dropout_key: chex.PRNGKey | None = None,
     wrt: Any = None,
     spmd_axis_name: str | None = None,
-    clipping: str = "ghost",
+    clipping: str = AUTO,
 ) -> PrivateGradSum:
     """`private_grad_sum` for a Flax NNX model: clipped per-example gradient sum (all PRIVATE).
 
-    `"ghost"` (default) computes each example's norm from the inputs and output
+    `"ghost"` computes each example's norm from the inputs and output
     gradients of the model's `nnx.Linear` / `nnx.Embed` calls
     (`dpnmt.core.ghost_nnx`), with per-example gradients only for the other
-    parameters; `"vmap"` materialises every example's gradient. Both give the
+    parameters; `"vmap"` materialises every example's gradient; `"auto"` (the
+    default) runs ghost where some parameter is used only through such calls,
+    and vmap, silently, where none is (the result's `clipping` says which). Both give the
     same sum up to float32 rounding, with L2 sensitivity `l2_clip`. Layers
     lifted by `nnx.scan` / `nnx.vmap` fall back to per-example gradients (named
     in a `ghost.GhostClippingWarning`); a loss that calls layers inside a jax
@@ -84,15 +86,16 @@ def private_grad_sum_nnx(
       wrt: NNX filter of the trainable variables (default `nnx.Param`); the
         others are held fixed.
       spmd_axis_name: passed to `jax.vmap`.
-      clipping: `"ghost"` (default; needs flax) or `"vmap"`.
+      clipping: `"auto"` (default), `"ghost"` or `"vmap"`.
 
     Returns:
-      `PrivateGradSum(grad_sum, norms, mean_loss)`: the float32 clipped sum as
+      `PrivateGradSum(grad_sum, norms, mean_loss, clipping)`: the float32 clipped sum as
       an `nnx.State` shaped like `nnx.state(model, wrt)` (what
       `nnx.Optimizer.update(model, grads)` takes once noised), float32 `[B]`
       unclipped norms, and the float32 mean loss of the unmasked finite rows.
       ALL PRIVATE: release the sum only through one noisy release per lot
-      (`noisy_average`); never log the norms or the loss.
+      (`noisy_average`); never log the norms or the loss. `clipping` (public)
+      is the method that ran.
 
     Raises:
       ImportError: flax is not installed (`pip install "dpnmt[ghost]"`).
@@ -100,8 +103,7 @@ def private_grad_sum_nnx(
       ValueError: bad `clipping`, `l2_clip` or `mask`, batch leaves of
         different lengths, an empty batch, or a loss that is not a scalar.
     """
-    if clipping not in CLIPPING_METHODS:
-        raise ValueError(f"clipping={clipping!r}: use one of {CLIPPING_METHODS}.")
+    check_clipping(clipping)
     ghost.require_flax()
     wrt = nnx.Param if wrt is None else wrt
     l2_clip = validation.check_positive("l2_clip", l2_clip)
@@ -112,11 +114,12 @@ def private_grad_sum_nnx(
     loss_fn = checked_scalar_loss(loss_fn)
     keys = None if dropout_key is None else jax.random.split(dropout_key, batch_size)
     args = (loss_fn, (graphdef, state, *rest), batch, mask, l2_clip, keys, spmd_axis_name)
-    if clipping == "vmap":
-        grad_sum, norms, losses = _vmap_clipped_sum_nnx(*args, wrt)
-    else:
+    ghosted = None
+    if clipping != "vmap":
         try:
-            grad_sum, norms, losses = ghost_clipped_sum_nnx(*args, wrt=wrt)
+            ghosted = ghost_clipped_sum_nnx(*args, wrt=wrt, require_layers=clipping == AUTO)
+        except ghost.NothingToFactoriseError:
+            pass  # "auto" with nothing to factorise: vmap, silently (the same sum).
         except ghost.UNINTERCEPTABLE as error:
             reason = ghost_trace.fallback_reason(
                 error,
@@ -130,8 +133,9 @@ def private_grad_sum_nnx(
                 ghost.GhostClippingWarning,
                 stacklevel=2,
             )
-            grad_sum, norms, losses = _vmap_clipped_sum_nnx(*args, wrt)
+    ran = "vmap" if ghosted is None else "ghost"
+    grad_sum, norms, losses = ghosted or _vmap_clipped_sum_nnx(*args, wrt)
     counted = (mask.astype(jnp.float32) != 0) & jnp.isfinite(norms) & jnp.isfinite(losses)
     total = jnp.sum(jnp.where(counted, losses.astype(jnp.float32), 0.0))
     mean_loss = total / jnp.maximum(jnp.sum(counted.astype(jnp.float32)), 1.0)
-    return PrivateGradSum(grad_sum, norms, mean_loss)
+    return PrivateGradSum(grad_sum, norms, mean_loss, ran)

@@ -19,6 +19,7 @@ permutation per epoch into lots of exactly L examples: they are accounted with
 
 import dataclasses
 import functools
+from typing import Any
 
 import chex
 import jax
@@ -53,9 +54,9 @@ class MicroBatches:
       overflow: bool scalar, True if the lot did not fit (only with
         `on_overflow="flag"`; the lot is then truncated and must not be used).
       num_examples: N, the size of the data set the lot was drawn from
-        (static Python int). `private_lot_gradient` refuses data of another
-        size: indices drawn for a larger N would be clamped to its last row,
-        counting that row many times.
+        (static Python int). `gather` (and `private_lot_gradient`, which uses
+        it) refuses data of another size: indices drawn for a larger N would
+        be clamped to its last row, counting that row many times.
 
     The realised lot size (`mask.sum()`) and `num_microbatches` are private:
     never log them.
@@ -66,6 +67,53 @@ class MicroBatches:
     num_microbatches: chex.Array
     overflow: chex.Array
     num_examples: int
+
+    def gather(self, examples: Any, index) -> Any:
+        """Micro-batch `index`'s rows of `examples`, checked against the lot's N.
+
+        Use it rather than `examples[lot.indices[k]]`: JAX clamps an index
+        past the end onto the last row, so a lot drawn for a larger N, gathered
+        by hand from a smaller data set, counts that row many times (the sum's
+        sensitivity is then far above C). This refuses data of another size,
+        and gathers with `mode="fill"`: an index outside [0, N) (possible only
+        for traced indices given to `to_microbatches`) yields a row of fill
+        values (NaN for floats: the example is dropped as non-finite), never a
+        copy of a real row. Padding rows hold row 0's values: pass
+        `lot.mask[index]` with them.
+
+        Args:
+          examples: pytree of the whole data set, every leaf `[N, ...]` with
+            N = `num_examples`.
+          index: the micro-batch, an int in [0, K) or a traced integer (e.g. a
+            `fori_loop` counter below `num_microbatches`).
+
+        Returns:
+          Pytree like `examples`, every leaf `[microbatch_size, ...]`.
+
+        Raises:
+          ValueError: the leaves of `examples` differ in their leading axis,
+            it is not `num_examples`, or a concrete `index` is outside [0, K).
+          TypeError: `index` is not an integer.
+        """
+        num_rows = validation.check_batch_axis("examples", examples)
+        if num_rows != self.num_examples:
+            raise ValueError(
+                f"the lot was drawn for num_examples = {self.num_examples} but examples has "
+                f"{num_rows} rows: draw the lot for this data set (poisson_lot(key, "
+                f"{num_rows}, ...), to_microbatches(..., num_examples={num_rows})) or pass "
+                "the data set it was drawn for."
+            )
+        index = validation.check_step("index", index)  # An integer: 1.5 is refused.
+        num_microbatches = self.indices.shape[0]
+        if validation.is_concrete(index) and int(index) >= num_microbatches:
+            raise ValueError(
+                f"micro-batch index {int(index)} is outside [0, {num_microbatches}): the lot "
+                f"has {num_microbatches} micro-batches."
+            )
+        rows = self.indices[index]
+        return jax.tree_util.tree_map(
+            lambda leaf: jnp.take(jnp.asarray(leaf), rows, axis=0, mode="fill"), examples
+        )
 
 
 def poisson_mask(key: chex.PRNGKey, num_examples: int, sampling_rate: float) -> chex.Array:
@@ -86,7 +134,7 @@ def poisson_mask(key: chex.PRNGKey, num_examples: int, sampling_rate: float) -> 
     grid, which rounds the probability UP (q = 1e-6 gave 1.07e-6): a larger q
     than the accountant's.
     """
-    validation.check_num_steps("num_examples", num_examples)
+    num_examples = validation.check_num_steps("num_examples", num_examples)
     q = validation.check_sampling_rate(sampling_rate)
     threshold = int(q * 2.0**64)  # Exact: a power-of-two scaling of a float.
     if threshold >= 2**64:
@@ -131,8 +179,8 @@ def to_microbatches(
         indices) a real index outside [0, N). Traced indices cannot be
         checked: keep them in range (`poisson_lot` and `shuffled_lots` do).
     """
-    validation.check_num_steps("microbatch_size", microbatch_size)
-    validation.check_num_steps("num_microbatches", num_microbatches)
+    microbatch_size = validation.check_num_steps("microbatch_size", microbatch_size)
+    num_microbatches = validation.check_num_steps("num_microbatches", num_microbatches)
     num_examples = validation.check_num_steps("num_examples", num_examples)
     capacity = microbatch_size * num_microbatches
     if jnp.ndim(indices) != 1:
@@ -228,8 +276,9 @@ def poisson_lot(
     """
     if on_overflow not in OVERFLOW_POLICIES:
         raise ValueError(f"on_overflow={on_overflow!r}: use one of {OVERFLOW_POLICIES}.")
-    validation.check_num_steps("microbatch_size", microbatch_size)
-    validation.check_num_steps("max_microbatches", max_microbatches)
+    num_examples = validation.check_num_steps("num_examples", num_examples)
+    microbatch_size = validation.check_num_steps("microbatch_size", microbatch_size)
+    max_microbatches = validation.check_num_steps("max_microbatches", max_microbatches)
     capacity = microbatch_size * max_microbatches
     selected = poisson_mask(key, num_examples, sampling_rate)
     lot_size = jnp.sum(selected, dtype=jnp.int32)
@@ -265,8 +314,8 @@ def shuffled_lots(key: chex.PRNGKey, num_examples: int, lot_size: int) -> chex.A
       Pack one with `to_microbatches(row, jnp.ones(L, bool), b, ceil(L / b),
       num_examples=N)`.
     """
-    validation.check_num_steps("num_examples", num_examples)
-    validation.check_num_steps("lot_size", lot_size)
+    num_examples = validation.check_num_steps("num_examples", num_examples)
+    lot_size = validation.check_num_steps("lot_size", lot_size)
     if lot_size > num_examples:
         raise ValueError(f"lot_size={lot_size} exceeds num_examples={num_examples}; lower it.")
     num_lots = num_examples // lot_size

@@ -94,6 +94,68 @@ def check_num_steps(name: str, num_steps) -> int:
     return value
 
 
+# `jax.random.fold_in` folds in a 32-bit word: steps at or above it would wrap onto earlier ones.
+STEP_BOUND = 2**32
+
+
+def check_step(name: str, step):
+    """`step` unchanged if it is an integer scalar (concrete in [0, 2**32), or traced).
+
+    Key schedules fold the step into a key (`jax.random.fold_in`), which casts
+    it to uint32: a float step 1.5 folds in as 1 and a bool as 0 or 1, so a
+    float step counter would reuse an earlier step's (noise) key, silently.
+
+    Raises:
+      TypeError: `step` is a float, a bool or not a number (concrete or traced).
+      ValueError: `step` is not a scalar, or a concrete value outside [0, 2**32).
+    """
+    dtype = getattr(step, "dtype", None)
+    integral = (
+        np.issubdtype(np.dtype(dtype), np.integer)
+        if dtype is not None
+        else isinstance(step, numbers.Integral)
+    )
+    if isinstance(step, bool | np.bool_) or not integral:
+        raise TypeError(
+            f"{name} must be an integer (a step or index counter), got "
+            f"{type(step).__name__} {step!r}: jax.random.fold_in truncates it (1.5 folds in "
+            "as 1), so a float counter reuses an earlier step's key. Count steps with ints."
+        )
+    if np.ndim(step) != 0:
+        raise ValueError(f"{name} must be a scalar, got an array of shape {np.shape(step)}.")
+    if is_concrete(step) and not 0 <= int(step) < STEP_BOUND:
+        raise ValueError(
+            f"{name} must lie in [0, 2**32), got {int(step)}: jax.random.fold_in folds in a "
+            "32-bit word, so larger or negative steps would share keys with others."
+        )
+    return step
+
+
+def check_per_example_axis(grads: chex.ArrayTree, params: chex.ArrayTree, what: str) -> None:
+    """Raises ValueError unless every leaf of `grads` is `[B_i, *shape]` for `params`' leaf.
+
+    That the B_i agree is `check_batch_axis`'s job. Only the leaves' shapes
+    are read (arrays or `jax.ShapeDtypeStruct`s). A batch gradient (leaves
+    shaped like the parameters) is refused even when
+    all its leaves share a leading size, which alone would look like B rows.
+    """
+    grad_paths, grad_def = jax.tree_util.tree_flatten_with_path(grads)
+    want_leaves, want_def = jax.tree_util.tree_flatten(params)
+    if grad_def != want_def:
+        raise ValueError(
+            f"per_example_grads has tree structure {grad_def} but {what} has {want_def}: "
+            "pass one gradient leaf per parameter, with a leading per-example axis."
+        )
+    for (path, leaf), want in zip(grad_paths, want_leaves, strict=True):
+        if np.shape(leaf)[1:] != np.shape(want) or np.ndim(leaf) != np.ndim(want) + 1:
+            raise ValueError(
+                f"per_example_grads{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, "
+                f"but the {what} leaf has shape {np.shape(want)}: it needs a leading "
+                f"per-example axis, [B, *{np.shape(want)}]. Pass per-example gradients "
+                "(e.g. jax.vmap(jax.grad(loss), in_axes=(None, 0))), not a batch gradient."
+            )
+
+
 def check_mask(mask: chex.Array, batch_size: int) -> None:
     """Raises ValueError unless `mask` is `[batch_size]` and (if concrete) 0/1.
 

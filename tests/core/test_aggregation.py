@@ -29,6 +29,7 @@ class DpAggregateTest(absltest.TestCase):
             "b": jnp.asarray(rng.normal(size=(5, 2)), jnp.float32),
         }
         self.mask = jnp.array([1, 1, 0, 1, 1])
+        self.clip = dict(mask=self.mask, params=self.params)  # clip_and_sum's other arguments
 
     def test_equals_explicit_clip_accumulate_noise(self):
         tx = core.dp_aggregate(l2_clip=0.5, noise_multiplier=1.2, expected_lot_size=6.0)
@@ -38,7 +39,7 @@ class DpAggregateTest(absltest.TestCase):
             noisy, state = update(
                 self.per_example, state, self.params, mask=self.mask, noise_key=NOISE_KEY
             )
-            grad_sum, _ = core.clip_and_sum(self.per_example, l2_clip=0.5, mask=self.mask)
+            grad_sum, _ = core.clip_and_sum(self.per_example, l2_clip=0.5, **self.clip)
             acc = core.accumulate(core.init_accumulator(self.params), grad_sum, 4)
             key = core.noise_key_for_step(NOISE_KEY, step)
             expected = core.noisy_average(
@@ -63,7 +64,7 @@ class DpAggregateTest(absltest.TestCase):
         updates, _ = tx.update(
             self.per_example, state, self.params, mask=self.mask, noise_key=NOISE_KEY
         )
-        grad_sum, _ = core.clip_and_sum(self.per_example, l2_clip=1.0, mask=self.mask)
+        grad_sum, _ = core.clip_and_sum(self.per_example, l2_clip=1.0, **self.clip)
         chex.assert_trees_all_close(updates, jax.tree_util.tree_map(lambda g: -g / 4.0, grad_sum))
 
     def test_rejects_invalid_parameters(self):
@@ -111,8 +112,8 @@ class DpAccumulateAggregateTest(parameterized.TestCase):
             outs, state = self._run_lot(update, state, grads, mask)
             acc = core.init_accumulator(self.params)
             for k in range(num):
-                micro = jax.tree_util.tree_map(lambda g, k=k: g[k], grads)
-                grad_sum, _ = core.clip_and_sum(micro, l2_clip=0.7, mask=mask[k])
+                one = jax.tree_util.tree_map(lambda g, k=k: g[k], grads)
+                grad_sum, _ = core.clip_and_sum(one, l2_clip=0.7, mask=mask[k], params=self.params)
                 acc = core.accumulate(acc, grad_sum, int(mask[k].sum()))
             key = core.noise_key_for_step(NOISE_KEY, lot)
             expected = core.noisy_average(
@@ -246,10 +247,10 @@ def test_bfloat16_accumulator_keeps_sensitivity_at_most_clip():
     def lot_sum(last_microbatch_real_rows: int) -> float:
         state = core.init_accumulator(params)
         for _ in range(128):  # 128 full micro-batches of 16: sum 2048 (exact in bf16).
-            grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip=l2_clip)
+            grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip=l2_clip, params=params)
             state = core.accumulate(state, grad_sum, 16)
         mask = jnp.arange(16) < last_microbatch_real_rows
-        grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip=l2_clip, mask=mask)
+        grad_sum, _ = core.clip_and_sum({"w": ones}, l2_clip=l2_clip, mask=mask, params=params)
         state = core.accumulate(state, grad_sum, last_microbatch_real_rows)
         return float(state.grad_sum["w"][0])
 
@@ -325,7 +326,7 @@ class SecretsStayOutOfStateTest(absltest.TestCase):
         saved = pickle.dumps(state)  # what a checkpoint of the optimizer holds
         mu = pickle.loads(saved)[1][0].mu  # adam's first moment: (1 - b1) · the release
         noisy = jax.tree_util.tree_map(lambda m: m / (1 - b1), mu)
-        clipped_sum, _ = core.clip_and_sum(grads, l2_clip=clip)
+        clipped_sum, _ = core.clip_and_sum(grads, l2_clip=clip, params=params)
 
         def recovers(candidate):
             return all(
@@ -400,9 +401,8 @@ class PerExampleAxisTest(absltest.TestCase):
         with self.assertRaisesRegex(
             ValueError, r"same leading \(batch\) axis B; got \['b'\]: 2, \['w'\]: 4"
         ):
-            core.clip_and_sum(grads, l2_clip=1.0)
-        with self.assertRaisesRegex(ValueError, r"mask has shape \(3,\) but the batch has 4"):
-            core.clip_and_sum({"w": jnp.ones((4, 3))}, l2_clip=1.0, mask=jnp.ones(3))
+            core.clip_and_sum(grads, l2_clip=1.0, params={"w": jnp.ones(3), "b": jnp.ones(2)})
+        # A mask of the wrong length: tests/core/test_validation.py.
 
     def test_empty_batch_is_a_clear_error(self):
         """Regression (issue 26 item 4): B = 0 died with ZeroDivisionError in a reshape."""

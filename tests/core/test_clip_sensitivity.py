@@ -56,7 +56,11 @@ class OneRowContributionTest(parameterized.TestCase):
         # ulps low, then the rounded products) as well as a factor rounded up.
         rows = _rows_near_clip(1, 2048, 3000, l2_clip)
         one = jax.jit(
-            jax.vmap(lambda g: core.clip_and_sum({"g": g[None]}, l2_clip=l2_clip)[0]["g"])
+            jax.vmap(
+                lambda g: core.clip_and_sum({"g": g[None]}, l2_clip=l2_clip, params={"g": g})[0][
+                    "g"
+                ]
+            )
         )
         contributions = np.asarray(one(rows), np.float64)
         norms = np.sqrt(np.sum(contributions**2, axis=1))
@@ -72,6 +76,7 @@ class AddOneExampleTest(parameterized.TestCase):
             "w": jnp.asarray(rng.normal(size=(16, 64, 32)), jnp.float32),
             "b": jnp.asarray(rng.normal(size=(16, 32)), jnp.float32),
         }
+        self.params = jax.tree.map(lambda x: x[0], self.base)
 
     def _with_row(self, row):
         return jax.tree.map(lambda x, r: x.at[7].set(r), self.base, row)
@@ -80,7 +85,7 @@ class AddOneExampleTest(parameterized.TestCase):
     @parameterized.parameters(np.nan, np.inf, -np.inf, 3e38)
     def test_a_nonfinite_example_adds_exactly_zero(self, value):
         # Catches 0 * NaN (a non-finite row's factor 0 times its entries) in the sum.
-        clip = self.variant(lambda g: core.clip_and_sum(g, l2_clip=0.5)[0])
+        clip = self.variant(lambda g: core.clip_and_sum(g, l2_clip=0.5, params=self.params)[0])
         zero_row = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), self.base)
         bad_row = jax.tree.map(lambda z: z.at[(0,) * z.ndim].set(value), zero_row)
         if value == 3e38:  # Finite entries, but the squared norm overflows: dropped.
@@ -90,7 +95,9 @@ class AddOneExampleTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_a_padding_row_adds_exactly_zero_whatever_it_holds(self):
         mask = jnp.ones(16).at[7].set(0)
-        clip = self.variant(lambda g, m: core.clip_and_sum(g, l2_clip=0.5, mask=m)[0])
+        clip = self.variant(
+            lambda g, m: core.clip_and_sum(g, l2_clip=0.5, mask=m, params=self.params)[0]
+        )
         zero_row = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), self.base)
         expected = clip(self._with_row(zero_row), mask)
         for value in (np.nan, np.inf, 1e30, 5.0):
@@ -104,7 +111,9 @@ class AddOneExampleTest(parameterized.TestCase):
         added = jax.tree.map(
             lambda x: jnp.asarray(rng.normal(size=x.shape[1:]) * 100, jnp.float32), self.base
         )
-        clip = jax.jit(lambda g, m: core.clip_and_sum(g, l2_clip=l2_clip, mask=m)[0])
+        clip = jax.jit(
+            lambda g, m: core.clip_and_sum(g, l2_clip=l2_clip, mask=m, params=self.params)[0]
+        )
         without = clip(self._with_row(added), mask)
         with_it = clip(self._with_row(added), jnp.ones(16))
         diff = jax.tree.map(

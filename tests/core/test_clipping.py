@@ -33,8 +33,13 @@ def _clip_each(grads, l2_clip):
     return clipped
 
 
+def _params_of(per_example_grads):
+    """The parameters' shapes: one row of each per-example leaf."""
+    return jax.tree.map(lambda g: jax.ShapeDtypeStruct(g.shape[1:], g.dtype), per_example_grads)
+
+
 def _clip_and_sum(grads, l2_clip, mask=None):  # positional C, for static_argnums under jit
-    return core.clip_and_sum(grads, l2_clip=l2_clip, mask=mask)
+    return core.clip_and_sum(grads, l2_clip=l2_clip, mask=mask, params=_params_of(grads))
 
 
 def _private_grad_sum(loss_fn, params, batch, mask, l2_clip):
@@ -66,7 +71,7 @@ class ClippingTest(parameterized.TestCase):
     def test_every_clipped_example_has_norm_at_most_c(self):
         l2_clip = 0.5
         grads = _random_grads(2, 9, scale=10.0)
-        clip_one = self.variant(lambda g: core.clip_and_sum(g, l2_clip=l2_clip)[0])
+        clip_one = self.variant(lambda g: _clip_and_sum(g, l2_clip)[0])
         for i in range(9):
             one = jax.tree_util.tree_map(lambda x, i=i: x[i : i + 1], grads)
             norm = core.per_example_l2_norms(
@@ -119,7 +124,7 @@ class ClippingTest(parameterized.TestCase):
     def test_rejects_nonpositive_clip(self):
         for bad in (0.0, -1.0, float("nan")):
             with self.assertRaisesRegex(ValueError, "l2_clip"):
-                core.clip_and_sum(_random_grads(0, 2), l2_clip=bad)
+                _clip_and_sum(_random_grads(0, 2), bad)
 
 
 @hypothesis.given(
@@ -137,8 +142,8 @@ def test_sensitivity_of_removing_one_example_is_at_most_c(batch, log_scale, l2_c
     grads = {"g": jnp.asarray(batch * 10.0**log_scale)}
     removed = removed % batch.shape[0]
     neighbour = {"g": jnp.delete(grads["g"], removed, axis=0)}
-    full_sum, _ = core.clip_and_sum(grads, l2_clip=l2_clip)
-    neighbour_sum, _ = core.clip_and_sum(neighbour, l2_clip=l2_clip)
+    full_sum, _ = _clip_and_sum(grads, l2_clip)
+    neighbour_sum, _ = _clip_and_sum(neighbour, l2_clip)
     diff = np.asarray(full_sum["g"], np.float64) - np.asarray(neighbour_sum["g"], np.float64)
     # Float32 rounding of a sum of B terms each of norm <= C.
     tolerance = l2_clip * (1 + 1e-5) + 1e-6 * l2_clip * batch.shape[0]
@@ -166,7 +171,9 @@ class PrivateGradSumTest(parameterized.TestCase):
             self.loss_fn, self.params, self.batch, mask, 0.7
         )
         per_example = jax.vmap(jax.grad(self.loss_fn), in_axes=(None, 0))(self.params, self.batch)
-        expected, expected_norms = core.clip_and_sum(per_example, l2_clip=0.7, mask=mask)
+        expected, expected_norms = core.clip_and_sum(
+            per_example, l2_clip=0.7, mask=mask, params=self.params
+        )
         chex.assert_trees_all_close(grad_sum, expected, rtol=1e-5)
         np.testing.assert_allclose(norms, expected_norms, rtol=1e-5)
         losses = jax.vmap(self.loss_fn, in_axes=(None, 0))(self.params, self.batch)

@@ -84,7 +84,7 @@ def _lot_sum(params, lot_index, masks):
     grads = [_per_example(params, _batch(10 * lot_index + k)) for k in range(len(masks))]
     stacked = jax.tree.map(lambda *g: jnp.concatenate(g), *grads)
     mask = jnp.asarray(np.concatenate(masks))
-    return core.clip_and_sum(stacked, l2_clip=C, mask=mask)[0], int(mask.sum())
+    return core.clip_and_sum(stacked, l2_clip=C, mask=mask, params=params)[0], int(mask.sum())
 
 
 def _tx(inner, **kwargs):

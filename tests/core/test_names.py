@@ -80,8 +80,8 @@ CASES = {
         ),
     ),
     ("clip_and_sum", "positional l2_clip"): (
-        lambda: core.clip_and_sum(GRADS, C, MASK),
-        lambda: core.clip_and_sum(GRADS, l2_clip=C, mask=MASK),
+        lambda: core.clip_and_sum(GRADS, C, MASK, params=PARAMS),
+        lambda: core.clip_and_sum(GRADS, l2_clip=C, mask=MASK, params=PARAMS),
     ),
     ("private_lot_gradient", "key"): (
         lambda: core.private_lot_gradient(_loss, PARAMS, BATCH, _lot(), key=NOISE_KEY, **PRIVACY),

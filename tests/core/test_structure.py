@@ -122,17 +122,26 @@ data = {"x": jax.random.normal(jax.random.key(0), (8, 3))}
 mask = jnp.ones(8)
 grad_sum, _, _ = core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5, clipping="vmap")
 grads = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(params, data)
-expected, _ = core.clip_and_sum(grads, l2_clip=0.5, mask=mask)
+expected, _ = core.clip_and_sum(grads, l2_clip=0.5, mask=mask, params=params)
 assert jnp.allclose(grad_sum["w"], expected["w"]), (grad_sum, expected)
 lot = core.poisson_lot(jax.random.key(1), 8, 0.5, microbatch_size=4, max_microbatches=4)
 step = dict(l2_clip=0.5, noise_multiplier=1.0, expected_lot_size=4.0)
 grad = core.private_lot_gradient(loss_fn, params, data, lot, jax.random.key(2),
                                  clipping="vmap", **step)
 assert bool(jnp.all(jnp.isfinite(grad["w"])))
+# The default, clipping="auto", runs vmap without flax (issue 64 item 2): no error, no warning.
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    auto = core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5)
+    assert auto.clipping == "vmap" and jnp.allclose(auto.grad_sum["w"], grad_sum["w"])
+    auto_grad = jax.jit(lambda p: core.private_lot_gradient(
+        loss_fn, p, data, lot, jax.random.key(2), **step))(params)
+    assert jnp.array_equal(auto_grad["w"], grad["w"])
 for call in (
-    lambda: core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5),
+    lambda: core.private_grad_sum(loss_fn, params, data, mask, l2_clip=0.5, clipping="ghost"),
     lambda: jax.jit(lambda p: core.private_lot_gradient(
-        loss_fn, p, data, lot, jax.random.key(2), **step))(params),
+        loss_fn, p, data, lot, jax.random.key(2), clipping="ghost", **step))(params),
 ):
     try:
         call()
@@ -144,7 +153,8 @@ for call in (
 
 
 def test_core_imports_and_clips_without_flax_and_ghost_names_the_extra():
-    """flax is the optional `ghost` extra: without it, vmap works and ghost says what to install."""
+    """flax is the optional `ghost` extra: without it, vmap (and "auto", the default) works
+    and ghost says what to install."""
     out = subprocess.run(
         [sys.executable, "-c", _WITHOUT_FLAX], capture_output=True, text=True, check=False
     )

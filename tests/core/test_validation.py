@@ -45,7 +45,9 @@ def test_traced_negative_clip_is_refused_under_jit(clipping):
 def test_traced_clip_is_refused_by_clip_and_sum():
     grads = {"w": jnp.ones((4, 3))}
     with pytest.raises(TypeError, match="l2_clip is a traced"):
-        jax.jit(lambda g, c: core.clip_and_sum(g, l2_clip=c))(grads, -1.0)
+        jax.jit(lambda g, c: core.clip_and_sum(g, l2_clip=c, params={"w": jnp.ones(3)}))(
+            grads, -1.0
+        )
 
 
 @pytest.mark.parametrize("traced", ["noise_multiplier", "l2_clip", "expected_lot_size"])
@@ -112,7 +114,9 @@ def test_mask_of_the_wrong_length_names_mask_and_batch_size(clipping):
     with pytest.raises(ValueError, match=r"mask has shape \(7,\) but the batch has 8 rows"):
         core.private_grad_sum(_loss, params, batch, jnp.ones(7), l2_clip=1.0, clipping=clipping)
     with pytest.raises(ValueError, match=r"mask has shape \(7,\) but the batch has 8 rows"):
-        core.clip_and_sum({"w": jnp.ones((8, 3))}, l2_clip=1.0, mask=jnp.ones(7))
+        core.clip_and_sum(
+            {"w": jnp.ones((8, 3))}, l2_clip=1.0, mask=jnp.ones(7), params={"w": jnp.ones(3)}
+        )
 
 
 @pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
@@ -122,7 +126,9 @@ def test_mask_must_be_an_indicator_not_weights(bad):
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
         core.private_grad_sum(_loss, params, batch, mask, l2_clip=1.0)
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
-        core.clip_and_sum({"w": jnp.ones((4, 3))}, l2_clip=1.0, mask=mask)
+        core.clip_and_sum(
+            {"w": jnp.ones((4, 3))}, l2_clip=1.0, mask=mask, params={"w": jnp.ones(3)}
+        )
 
 
 def test_traced_mask_counts_any_nonzero_entry_as_one():
