@@ -5,7 +5,7 @@ virtual environment, its dependencies from the package registry (pinned by
 requirements.lock used as a constraints file, so pip's cache serves what CI
 already downloaded). There, no distribution of an extra is installed,
 dpnmt.core imports and runs a DP step with clipping="vmap", and ghost
-clipping (the default) raises one ImportError naming the `ghost` extra. Then
+clipping (asked for by name) raises one ImportError naming the `ghost` extra. Then
 the `ghost` extra is installed from the same wheel: a Flax DP step with ghost
 clipping runs and examples/dp_classifier.py trains. Skips only when an install
 failed because pip could not connect to the registry (its connection errors,
