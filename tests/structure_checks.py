@@ -75,8 +75,8 @@ LAYERS = (
             "dpnmt.model_card",
         ),
     ),
-    # The apps' shared flag parsing and one-line errors.
-    ("cli", ("dpnmt.cli",)),
+    # The apps' shared flag parsing and one-line errors; the decoding flags two apps share.
+    ("cli", ("dpnmt.cli", "dpnmt.decoding_flags")),
     # absl apps: parse flags, call one library function (found, not listed).
     ("apps", ()),
 )

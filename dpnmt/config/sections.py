@@ -386,6 +386,10 @@ class TrainConfig(Section):
         return []
 
 
+# EvalConfig's fields that change the generated text (not batch_size, not scoring).
+DECODING_FIELDS = ("num_beams", "length_penalty", "no_repeat_ngram_size", "max_new_tokens")
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(Section):
     """`config.eval`: decoding and scoring of validation and test splits."""
@@ -414,6 +418,14 @@ class EvalConfig(Section):
                 ("batch_size", at_least(1), ">= 1"),
             )
         )
+
+    def decoding(self) -> dict[str, int | float]:
+        """The generation settings, named as transformers' `GenerationConfig` names them.
+
+        What a decode's results.json and an export's `dpnmt.json` record, and what
+        `dpnmt.translate` decodes with unless its flags say otherwise.
+        """
+        return {name: getattr(self, name) for name in DECODING_FIELDS}
 
 
 SECTIONS: tuple[type[Section], ...] = (
