@@ -4,9 +4,12 @@ r"""Trains a DP seq2seq translation model.
     python -m dpnmt.train --workdir=runs/tiny    # resumes: the run's own config.json
 
 Ctrl-C finishes the lot in progress, commits a checkpoint of the state after
-it, prints the command that resumes it and exits with status 130 (a second
-Ctrl-C stops at once; the lot is then redone on resume). A finished run ends
-with a few lines for a person: ε, test scores, where the files are.
+it, prints the command that resumes it (this interpreter, and the
+$DPNMT_DATA_DIR it read, so that it works when pasted) and exits with status
+130 (a second Ctrl-C stops at once; the lot is then redone on resume). A
+finished run ends with a few lines for a person: ε, test scores, where the
+files are; run again, it says it has already finished and repeats them
+(nothing compiled, decoded or rewritten).
 
 The logic lives in `dpnmt.training.loop` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
@@ -37,6 +40,8 @@ from dpnmt import cli
 from dpnmt.errors import ConfigError
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C.
+# dpnmt.data.corpora.common.DATA_DIR_ENV (importing it loads `datasets`: not before the flags).
+DATA_DIR_ENV = "DPNMT_DATA_DIR"
 # `--config=<this>:<workdir>` reads a run's config.json (`--workdir` alone resumes).
 _WORKDIR_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(cli.__file__)), "config", "from_workdir.py"
@@ -109,12 +114,46 @@ def _train() -> dict:
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
+    finished = _finished_results(_WORKDIR.value)
+    if finished is not None:
+        return finished
     return loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
+def _finished_results(workdir: str) -> dict | None:
+    """results.json of a run that has finished (said in one line), else None.
+
+    The config was checked against the run's binding (`preflight.read_config`):
+    training again would compile, re-decode and rewrite the same results.
+    """
+    from dpnmt.training.run_dir import RunDir  # noqa: PLC0415
+
+    results = RunDir(workdir).read_results()
+    if not (results and results.get("finished")):
+        return None
+    logging.info(
+        "%s has already finished (its results.json): nothing to train, decode or write; "
+        "a new run needs another --workdir.",
+        workdir,
+    )
+    return results
+
+
+def resume_command(argv: list[str], executable: str, data_dir: str | None) -> str:
+    """The command that was run, as a shell line that resumes it when pasted.
+
+    Args:
+        argv: `sys.argv` (its first item, the program, is replaced by `-m dpnmt.train`).
+        executable: The interpreter (`sys.executable`: the venv's, not a bare `python`).
+        data_dir: $DPNMT_DATA_DIR as read (None: unset), put first as an absolute path.
+    """
+    words = [executable, "-m", "dpnmt.train", *argv[1:]]
+    prefix = "" if not data_dir else f"{DATA_DIR_ENV}={shlex.quote(os.path.abspath(data_dir))} "
+    return prefix + shlex.join(words)
+
+
 def _resume_command() -> str:
-    """The command that was run (it resumes), with `python -m` as the interpreter."""
-    return shlex.join(["python", "-m", "dpnmt.train", *sys.argv[1:]])
+    return resume_command(sys.argv, sys.executable, os.environ.get(DATA_DIR_ENV))
 
 
 def _interrupted(stop: KeyboardInterrupt) -> None:
