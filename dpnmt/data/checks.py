@@ -303,6 +303,30 @@ def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
                 f"under ${corpora.DATA_DIR_ENV}; give a "
                 "folder of train/validation/test files (README: 'Your own data and model')."
             )
+    return problems + private_pair_problems(data)
+
+
+def private_pair_problems(data: DataConfig) -> list[str]:
+    """`data.pair` against the languages the run's own `files:` folders hold (cheap reads).
+
+    Asked before the vocabulary's public text: a pair the user's files lack is
+    their problem to fix, whatever the public corpora hold.
+    """
+    if data.objective != "translation":  # Monolingual text may hold one language only.
+        return []
+    try:
+        pair = languages.parse_pair(data.pair)
+        entries = corpora.parse_corpus_names(data.corpus)
+    except (ValueError, InputError):
+        return []  # Named above.
+    problems = []
+    for entry in entries:
+        corpus, argument = corpora.lookup(entry.registry_name)
+        folder = corpora.files.resolve_folder(argument) if corpus.name == "files" else None
+        if folder and os.path.isdir(folder):
+            problem = corpora.files.pair_problem(folder, pair)
+            if problem:
+                problems.append(f"data.pair={data.pair!r}: {problem}")
     return problems
 
 

@@ -66,10 +66,10 @@ def config_problems(run: RunConfig, *, device_count: int | None = None) -> list[
     model_files = model_files_problems(run)
     return [
         *run.problems(),
+        *data_checks.data_problems(run.data, run.dp),  # The user's own files first.
         *public_checks.public_source_problems(run),
         *model_checks.model_problems(run.model),
         *(model_files or pretrained_privacy.pretrained_problems(run)),  # The files first.
-        *data_checks.data_problems(run.data, run.dp),
         *data_checks.objective_problems(run),
         *data_checks.appended_sentinel_problems(run),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
