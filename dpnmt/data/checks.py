@@ -307,27 +307,16 @@ def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
 
 
 def private_pair_problems(data: DataConfig) -> list[str]:
-    """`data.pair` against the languages the run's own `files:` folders hold (cheap reads).
-
-    Asked before the vocabulary's public text: a pair the user's files lack is
-    their problem to fix, whatever the public corpora hold.
-    """
+    """`data.pair` against the languages the run's own `files:` folders hold (asked first)."""
     if data.objective != "translation":  # Monolingual text may hold one language only.
         return []
     try:
         pair = languages.parse_pair(data.pair)
-        entries = corpora.parse_corpus_names(data.corpus)
+        found = [corpora.lookup(e.registry_name) for e in corpora.parse_corpus_names(data.corpus)]
     except (ValueError, InputError):
         return []  # Named above.
-    problems = []
-    for entry in entries:
-        corpus, argument = corpora.lookup(entry.registry_name)
-        folder = corpora.files.resolve_folder(argument) if corpus.name == "files" else None
-        if folder and os.path.isdir(folder):
-            problem = corpora.files.pair_problem(folder, pair)
-            if problem:
-                problems.append(f"data.pair={data.pair!r}: {problem}")
-    return problems
+    problems = [corpora.files.pair_problem(arg, pair) for c, arg in found if c.name == "files"]
+    return [f"data.pair={data.pair!r}: {problem}" for problem in problems if problem]
 
 
 def _distinct_characters_exceed(train, limit: int) -> bool:

@@ -162,9 +162,13 @@ def pair_problem(folder: str, pair: LanguagePair) -> str | None:
     """What the folder's train split lacks of `pair`, in words; None when it has both sides.
 
     Args:
-        folder: A `files:` folder that exists.
+        folder: A `files:` folder (read under $DPNMT_DATA_DIR as `resolve_folder`); None
+            when it does not exist (a problem of its own).
         pair: The run's direction.
     """
+    folder = resolve_folder(folder)
+    if not os.path.isdir(folder):
+        return None
     held = folder_languages(folder)
     missing = [lang for lang in (pair.source, pair.target) if lang not in held]
     if not held or not missing:
