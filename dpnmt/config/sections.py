@@ -139,6 +139,10 @@ class DataConfig(Section):
         return mode == "per_lot" or (mode == "auto" and process_count > 1)
 
 
+# Above any translation model's vocabulary: a learnt one this size is a typo (issue 61).
+MAX_VOCAB_SIZE = 1_000_000
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig(Section):
     """`config.tokenizer`: how the vocabulary is made (`RunConfig.tokenizer_kind` resolves it)."""
@@ -159,7 +163,12 @@ class TokenizerConfig(Section):
         """Choices and ranges of the tokenizer fields (the DP ones: `dp_problems`)."""
         return self.choice_problems() + self.ranges(
             (
-                ("vocab_size", at_least(8), ">= 8 pieces"),
+                (
+                    "vocab_size",
+                    lambda v: 8 <= v <= MAX_VOCAB_SIZE,
+                    f">= 8 and <= {MAX_VOCAB_SIZE:,} pieces (mT5 has 250,112; more is most "
+                    "likely a typo)",
+                ),
                 ("dp_max_words", at_least(1), ">= 1"),
                 ("sentinels", at_least(0), ">= 0 (T5 sentinels reserved or appended)"),
             )

@@ -159,7 +159,12 @@ def check_run(
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
-    health.log_warnings([data_checks.small_corpus_note(run, dataset_size)])
+    health.log_warnings(
+        [
+            data_checks.small_corpus_note(run, dataset_size),
+            privacy.small_run_note(run.dp, run.train, dataset_size, num_groups),
+        ]
+    )
 
 
 def _group_carved_validation_problems(run: RunConfig, corpus) -> list[str]:
