@@ -301,7 +301,7 @@ def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
             problems.append(
                 f"data.corpus={data.corpus!r}: folder {argument} does not exist here or "
                 f"under ${corpora.DATA_DIR_ENV}; give a "
-                "folder of train/validation/test files (README: 'Your own data and model')."
+                "folder of train/validation/test files (docs/data.md: 'Your own data and model')."
             )
     return problems + private_pair_problems(data)
 

@@ -68,9 +68,13 @@ def strict_json(value):
 
 
 def write_json(path: str, value) -> None:
-    """Writes strict JSON (no NaN/Infinity tokens) atomically: a kill leaves the old or the new."""
+    """Writes strict JSON (no NaN/Infinity tokens) atomically: a kill leaves the old or the new.
+
+    A file under a `private/` folder is the owner's alone (0600); others get the usual mode.
+    """
     text = json.dumps(strict_json(value), indent=2, default=_json_default, allow_nan=False)
-    atomic_file.write_atomic(path, text)
+    private = PRIVATE_DIR in os.path.normpath(os.path.abspath(path)).split(os.sep)[:-1]
+    atomic_file.write_atomic(path, text, private=private)
 
 
 def json_dumps(value) -> str:
