@@ -145,6 +145,7 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
 def _load_export(model_dir: str):
     """`models.load_pretrained(model_dir)`; a missing folder or unreachable hub id in one line."""
     from dpnmt import models
+    from dpnmt.models import hub
     from dpnmt.models.checks import looks_local
 
     if not os.path.isdir(model_dir) and looks_local(model_dir):
@@ -152,16 +153,20 @@ def _load_export(model_dir: str):
             f"--model={model_dir}: no such folder; give a folder written by "
             "python -m dpnmt.export (or a training run's folder with --workdir)."
         )
+    unavailable = ModelUnavailableError(
+        f"--model={model_dir}: no such local folder, and as a Hugging Face hub id it could "
+        "not be downloaded (offline, or no such model). Give the folder written by "
+        "python -m dpnmt.export, or download the model where there is internet."
+    )
+    # One short request (or the cache) first: a mistyped id then costs no download retries.
+    if not os.path.isdir(model_dir) and hub.availability_problem(model_dir, needs_tokenizer=True):
+        raise unavailable
     try:
         return models.load_pretrained(model_dir)
     except OSError as error:
         if os.path.isdir(model_dir):
             raise
-        raise ModelUnavailableError(
-            f"--model={model_dir}: no such local folder, and as a Hugging Face hub id it could "
-            "not be downloaded (offline, or no such model). Give the folder written by "
-            "python -m dpnmt.export, or download the model where there is internet."
-        ) from error
+        raise unavailable from error
 
 
 def read_lines(path: str | None) -> list[str]:

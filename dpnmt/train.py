@@ -180,20 +180,16 @@ def _interrupted(stop: KeyboardInterrupt) -> None:
     sys.exit(INTERRUPTED_EXIT_CODE)
 
 
-def _given(argv, name: str) -> str | None:
-    """The value of flag `--name` in `argv` (`--name=v` or `--name v`), or None."""
-    for index, arg in enumerate(argv):
-        if arg.startswith(f"--{name}="):
-            return arg.split("=", 1)[1]
-        if arg == f"--{name}" and index + 1 < len(argv):
-            return argv[index + 1]
-    return None
-
-
 def _parse_flags(argv):
     """`cli.parse_flags`; without `--config`, a workdir's config.json is the config (resume)."""
-    workdir = _given(argv[1:], "workdir")
-    if _given(argv[1:], "config") is None and workdir:
+    workdir = cli.given(argv[1:], "workdir")
+    if not argv[1:]:  # No flags at all: an example, not absl's "must have a value".
+        cli.fail(
+            "--workdir is required, e.g. python -m dpnmt.train --config=configs/first_run.py "
+            "--workdir=runs/multi30k (a new run; configs/ holds the others), or "
+            "--workdir=runs/multi30k alone (resumes it). --help lists every flag."
+        )
+    if cli.given(argv[1:], "config") is None and workdir:
         if os.path.isfile(os.path.join(workdir, "config.json")):
             argv = [argv[0], f"--config={_WORKDIR_CONFIG}:{workdir}", *argv[1:]]
     return cli.parse_flags(argv)

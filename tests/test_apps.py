@@ -239,3 +239,23 @@ def test_the_decode_library_refuses_a_tag_that_leaves_the_run_folder(tmp_path):
     with pytest.raises(ConfigError, match="tag='../up'"):
         decode_lib.decode_and_score(None, str(tmp_path), split="validation", tag="../up")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("module", ["dpnmt.train", "dpnmt.sweep", "dpnmt.audit"])
+@pytest.mark.parametrize("config", ["configs/tinyy.py", "configs/tinyy.py:eps8"])
+def test_a_mistyped_config_path_is_one_line_naming_it(module, config, tmp_path):
+    """It was a 48-line traceback from ml_collections."""
+    args = [f"--config={config}", f"--workdir={tmp_path / 'run'}"]
+    result = _python(["-m", module, *args], timeout=300)
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{module}: --config={config}: no such file configs/tinyy.py"), line
+    assert "configs/tiny.py" in line  # The closest config file.
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_without_flags_shows_a_usage_example():
+    result = _python(["-m", "dpnmt.train"], timeout=300)
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert "--workdir" in line and "e.g. " in line and "--config=configs/" in line, line

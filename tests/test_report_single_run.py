@@ -36,3 +36,28 @@ def test_a_folder_with_no_run_or_sweep_is_one_line(tmp_path, make):
     with pytest.raises(ConfigError, match="no such folder" if not make else "no sweep.json"):
         report.write_workdir_report(str(folder), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_recomputed_epsilon_logs_no_rdp_convergence_warnings():
+    """`dpnmt.report` printed dp_accounting's per-order warnings between its tables."""
+    import logging
+
+    import dp_accounting
+
+    from dpnmt.sweeps import epsilon_check
+
+    class Records(logging.Handler):
+        messages: list = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    # This event's small orders do not converge (dp_accounting's own test of the warning).
+    event = dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.0))
+    records, absl_logger = Records(), logging.getLogger("absl")
+    absl_logger.addHandler(records)
+    try:
+        epsilon = epsilon_check._epsilon([event], 1e-5, "RDP")
+    finally:
+        absl_logger.removeHandler(records)
+    assert epsilon > 0 and not [m for m in records.messages if "failed to converge" in m]
