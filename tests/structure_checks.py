@@ -40,6 +40,7 @@ LAYERS = (
             "dpnmt.bridge",
             "dpnmt.bridge.*",
             "dpnmt.privacy",
+            "dpnmt.planning",
             "dpnmt.sigma_hints",
             "dpnmt.distributed",
             "dpnmt.public_names",

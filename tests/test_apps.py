@@ -241,7 +241,7 @@ def test_the_decode_library_refuses_a_tag_that_leaves_the_run_folder(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("module", ["dpnmt.train", "dpnmt.sweep", "dpnmt.audit"])
+@pytest.mark.parametrize("module", ["dpnmt.train", "dpnmt.sweep", "dpnmt.audit", "dpnmt.plan"])
 @pytest.mark.parametrize("config", ["configs/tinyy.py", "configs/tinyy.py:eps8"])
 def test_a_mistyped_config_path_is_one_line_naming_it(module, config, tmp_path):
     """It was a 48-line traceback from ml_collections."""
