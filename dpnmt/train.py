@@ -126,10 +126,10 @@ def _finished_results(workdir: str) -> dict | None:
     The config was checked against the run's binding (`preflight.read_config`):
     training again would compile, re-decode and rewrite the same results.
     """
-    from dpnmt.training.run_dir import RunDir  # noqa: PLC0415
+    from dpnmt import api  # noqa: PLC0415
 
-    results = RunDir(workdir).read_results()
-    if not (results and results.get("finished")):
+    results = api.finished_results(workdir)
+    if results is None:
         return None
     logging.info(
         "%s has already finished (its results.json): nothing to train, decode or write; "

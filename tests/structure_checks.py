@@ -74,6 +74,7 @@ LAYERS = (
             "dpnmt.sweeps.*",
             "dpnmt.release",
             "dpnmt.model_card",
+            "dpnmt.api",
         ),
     ),
     # The apps' shared flag parsing and one-line errors; the decoding flags two apps share.
