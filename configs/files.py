@@ -1,7 +1,7 @@
 """Your own parallel data: set --config.data.corpus=files:<folder> and the pair.
 
 The folder holds one of `<split>.tsv`, `<split>.jsonl` or `<split>.<lang>` per
-split (README "Your own data and model"; dpnmt/data/corpora/files.py).
+split (docs/data.md "Your own data and model"; dpnmt/data/corpora/files.py).
 Defaults: a small T5 from scratch (T5 v1.0 layout: ReLU, tied embeddings) with
 the PUBLIC de+en vocabulary of configs/multi30k.py (8,000 pieces learnt from
 Tatoeba de-en and the WMT sample under $DPNMT_DATA_DIR, no ε spent on it): a

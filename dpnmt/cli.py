@@ -7,6 +7,7 @@ with exit status 2, without a traceback; any other exception keeps its
 traceback (it is a bug).
 """
 
+import difflib
 import errno
 import logging
 import os
@@ -43,12 +44,42 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
+def given(argv: Sequence[str], name: str) -> str | None:
+    """The value of flag `--name` in `argv` (`--name=v` or `--name v`), or None."""
+    for index, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{name}" and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
+
+
+def config_path_problem(value: str) -> str | None:
+    """`--config=PATH[:variant]` naming no file: one line with the closest file, else None."""
+    path = value.split(":", 1)[0]
+    if not path or os.path.isfile(path):
+        return None
+    folder = os.path.dirname(path) or "."
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    close = difflib.get_close_matches(os.path.basename(path), names, n=1)
+    hint = f"did you mean {os.path.join(os.path.dirname(path), close[0])}?" if close else ""
+    return (
+        f"--config={value}: no such file {path}; {hint or 'give a config file'} (configs/ "
+        "holds the shipped ones, e.g. configs/first_run.py or configs/tiny.py:eps8)."
+    )
+
+
 def parse_flags(argv: Sequence[str]) -> list[str]:
     """Parses flags as absl does; a bad `--config.<field>` fails in one line.
 
     A field the config lacks is named with the closest field (of
-    `RunConfig.fields()`: `dpnmt.config.check_override_flags`); other errors in one line too.
+    `RunConfig.fields()`: `dpnmt.config.check_override_flags`); a `--config` file
+    that does not exist is named with the closest file; other errors in one line too.
     """
+    config = given(argv[1:], "config")
+    problem = config_path_problem(config) if config is not None else None
+    if problem:
+        fail(problem)
     try:
         return flags.FLAGS(list(argv))
     except Exception as error:  # noqa: BLE001 - any parse failure is the user's input.

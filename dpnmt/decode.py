@@ -13,19 +13,19 @@ decoding setting beside the run's own goes to its own folder with `--tag`:
         --no_repeat_ngram_size=3 --tag=norepeat3        # -> decode_test_norepeat3/
 
 `--num_beams`, `--length_penalty` and `--no_repeat_ngram_size` override the
-run's `eval` settings (decoding is post-processing: choose them on a public
-validation split, never on test).
+run's `eval` settings (`dpnmt.decoding_flags`, shared with `dpnmt.translate`;
+decoding is post-processing: choose them on a public validation split, never
+on test).
 
 Logic: `dpnmt.evaluation.decode`.
 """
 
 import dataclasses
-import math
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from dpnmt import cli, decode_folders
+from dpnmt import cli, decode_folders, decoding_flags
 from dpnmt.config import RunConfig
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -34,18 +34,6 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's folder.")
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split to translate.")
 _MAX_EXAMPLES = flags.DEFINE_integer("max_examples", None, "Translate only the first N pairs.")
-_NUM_BEAMS = flags.DEFINE_integer(
-    "num_beams", None, "Override eval.num_beams (1 = greedy).", lower_bound=1
-)
-_LENGTH_PENALTY = flags.DEFINE_float(
-    "length_penalty", None, "Override eval.length_penalty (beam search; > 0 favours longer)."
-)
-_NO_REPEAT_NGRAM_SIZE = flags.DEFINE_integer(
-    "no_repeat_ngram_size",
-    None,
-    "Override eval.no_repeat_ngram_size (0: no n-gram ban).",
-    lower_bound=0,
-)
 _TAG = flags.DEFINE_string(
     "tag", None, "Write to decode_<split>_<tag>/ (letters, digits, - and _), not decode_<split>/."
 )
@@ -64,8 +52,9 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _TAG.value is not None and not decode_folders.is_tag(_TAG.value):
         cli.fail(f"--tag={_TAG.value!r}: use letters, digits, '-' and '_' only (a folder name).")
-    if _LENGTH_PENALTY.value is not None and not math.isfinite(_LENGTH_PENALTY.value):
-        cli.fail(f"--length_penalty={_LENGTH_PENALTY.value}: give a finite number (1.0: none).")
+    overrides = decoding_flags.overrides()
+    if _BERTSCORE_MODEL.value is not None:
+        overrides["bertscore_model"] = _BERTSCORE_MODEL.value
     cli.setup_logging()
     # Here, not at the top: --help and flag errors answer before JAX and torch load.
     from dpnmt.evaluation import decode as decode_lib  # noqa: PLC0415
@@ -77,20 +66,7 @@ def main(argv):
     else:
         config = decode_lib.load_run_config(_WORKDIR.value)
         decode_lib.warn_if_unfinished(_WORKDIR.value)
-    overrides = {
-        "num_beams": _NUM_BEAMS.value,
-        "length_penalty": _LENGTH_PENALTY.value,
-        "no_repeat_ngram_size": _NO_REPEAT_NGRAM_SIZE.value,
-        "bertscore_model": _BERTSCORE_MODEL.value,
-    }
-    overrides = {name: value for name, value in overrides.items() if value is not None}
-    decoding = dataclasses.replace(config.eval, **overrides)
-    config = dataclasses.replace(config, eval=decoding)
-    problems = decoding.problems()
-    if problems:
-        cli.fail(
-            "; ".join(problems) + " (set by --num_beams, --length_penalty, --no_repeat_ngram_size)."
-        )
+    config = dataclasses.replace(config, eval=dataclasses.replace(config.eval, **overrides))
     decode_lib.decode_and_score(
         config,
         _WORKDIR.value,

@@ -59,7 +59,7 @@ def _value(value: Any) -> str:
     if isinstance(value, float):
         return "∞" if math.isinf(value) else f"{value:.6g}"
     if isinstance(value, (dict, list, tuple)):
-        return "`" + json.dumps(value, default=str) + "`"
+        return "`" + json.dumps(value, default=str, ensure_ascii=False) + "`"
     return str(value)
 
 

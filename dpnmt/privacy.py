@@ -326,6 +326,39 @@ def size_problems(dp, train, dataset_size: int, num_groups: int | None = None) -
     return []
 
 
+# Below these, a private run most likely is not what was meant (a wrong or truncated
+# folder, a typo in epochs or L): noted before anything is written.
+SMALL_PRIVATE_N = 1_000
+FEW_LOTS = 10
+
+
+def small_run_note(dp, train, dataset_size: int, num_groups: int | None = None) -> str | None:
+    """A note for a private plan on fewer than 1,000 units or in fewer than 10 lots, else None.
+
+    For the operator's log only (it names N). `num_groups`: N_groups for `dp.unit="group"`.
+    """
+    if not dp.enabled:
+        return None
+    if dp.noise_multiplier is None:  # Stand-in σ: N, q and T do not depend on it.
+        dp = dataclasses.replace(dp, noise_multiplier=1.0)
+    try:
+        plan = plan_privacy(dp, train, dataset_size, num_groups=num_groups)
+    except ValueError:
+        return None  # Refused by `size_problems`.
+    if plan.dataset_size >= SMALL_PRIVATE_N and plan.num_steps >= FEW_LOTS:
+        return None
+    units = "groups" if num_groups is not None and dp.unit == GROUP else "training pairs"
+    few = [f"so few {units}"] * (plan.dataset_size < SMALL_PRIVATE_N)
+    few += ["so few lots"] * (plan.num_steps < FEW_LOTS)
+    return (
+        f"A private run on N={plan.dataset_size:,} {units} in T={plan.num_steps} lots "
+        f"(q={plan.sampling_rate:.3g}): DP-SGD's noise swamps what {' in '.join(few)} can "
+        "teach (docs/hyperparameters.md). If that is not what you meant, check "
+        "data.corpus (a wrong or truncated folder?), data.max_train_examples, "
+        "train.num_epochs and train.expected_lot_size."
+    )
+
+
 def suggested_delta(dataset_size: int) -> float:
     """1/(10N) rounded down to a power of ten: a δ well below 1/N."""
     return 10.0 ** math.floor(math.log10(1.0 / (10 * dataset_size)))

@@ -1,9 +1,11 @@
 """A trained run -> a self-contained transformers folder, and back to a translator.
 
 `export_run` writes what `python -m dpnmt.export` promises: the model
-(`config.json`, `model.safetensors`, `generation_config.json`), the tokenizer
-(`AutoTokenizer` loads it), `dpnmt.json` (the public decoding settings: source
-prefix, languages, lengths; and under "privacy" the run's privacy report, which
+(`config.json`, `model.safetensors`, `generation_config.json` with the run's
+decoding settings, so transformers' `generate` decodes as dpnmt does), the
+tokenizer (`AutoTokenizer` loads it), `dpnmt.json` (the public decoding
+settings: source prefix, languages, lengths, beams, length penalty, n-gram ban;
+and under "privacy" the run's privacy report, which
 a run fine-tuning the export reads: `training.pretrained_privacy`) and the
 model card `README.md`. It reads the run's
 `config.json`, `results.json`, vocabulary and latest checkpoint, never `private/`.
@@ -24,6 +26,7 @@ from typing import Any
 
 from dpnmt import atomic_file, fault_points, manifest, model_card
 from dpnmt.config import DataConfig, EvalConfig, ModelConfig
+from dpnmt.config.sections import DECODING_FIELDS
 from dpnmt.data import corpus_record, hf_tokenizer, text_objective, tokenizers
 from dpnmt.data.languages import mbart_codes, parse_pair
 from dpnmt.data.preprocess import family_source_prefix
@@ -69,6 +72,8 @@ class Translator:
         tokenizer: Encodes sources, decodes outputs.
         source_prefix: Text put before every source (T5's task prefix, or "").
         max_source_length: Source tokens per sentence (longer ones are truncated).
+        decoding: The recorded decoding settings (`EvalConfig.decoding()`, batch size):
+            what `translate_lines` uses unless told otherwise.
     """
 
     model: Any
@@ -77,6 +82,7 @@ class Translator:
     tokenizer: tokenizers.Tokenizer
     source_prefix: str
     max_source_length: int
+    decoding: EvalConfig = EvalConfig()
 
 
 def _settings(data: DataConfig, model: ModelConfig, eval_config: EvalConfig) -> dict[str, Any]:
@@ -90,9 +96,13 @@ def _settings(data: DataConfig, model: ModelConfig, eval_config: EvalConfig) -> 
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "max_source_length": data.max_source_length,
-        "max_new_tokens": eval_config.max_new_tokens,
-        "num_beams": eval_config.num_beams,
+        **eval_config.decoding(),
     }
+
+
+def _recorded_decoding(settings: dict[str, Any]) -> EvalConfig:
+    """An export's decoding settings; those an older `dpnmt.json` lacks keep their defaults."""
+    return EvalConfig(**{name: settings[name] for name in DECODING_FIELDS if name in settings})
 
 
 def load_translator(*, workdir: str | None = None, model_dir: str | None = None) -> Translator:
@@ -112,6 +122,7 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         run = decode_lib.load_run_config(workdir)
         tokenizer, model, model_config, params, _, _ = decode_lib.load_trained(run, workdir)
         settings = _settings(run.data, run.model, run.eval)
+        decoding = run.eval
     else:
         lost = export_record.problem(model_dir, "--model")
         if lost is not None:  # Served silently, its guarantee would be unknown.
@@ -128,6 +139,7 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
             hf, src_lang=settings.get("src_lang"), tgt_lang=settings.get("tgt_lang")
         )
         model_config = model.config
+        decoding = _recorded_decoding(settings)
     return Translator(
         model=model,
         params=params,
@@ -135,12 +147,14 @@ def load_translator(*, workdir: str | None = None, model_dir: str | None = None)
         tokenizer=tokenizer,
         source_prefix=settings.get("source_prefix") or "",
         max_source_length=settings.get("max_source_length") or 512,
+        decoding=decoding,
     )
 
 
 def _load_export(model_dir: str):
     """`models.load_pretrained(model_dir)`; a missing folder or unreachable hub id in one line."""
     from dpnmt import models
+    from dpnmt.models import hub
     from dpnmt.models.checks import looks_local
 
     if not os.path.isdir(model_dir) and looks_local(model_dir):
@@ -148,16 +162,20 @@ def _load_export(model_dir: str):
             f"--model={model_dir}: no such folder; give a folder written by "
             "python -m dpnmt.export (or a training run's folder with --workdir)."
         )
+    unavailable = ModelUnavailableError(
+        f"--model={model_dir}: no such local folder, and as a Hugging Face hub id it could "
+        "not be downloaded (offline, or no such model). Give the folder written by "
+        "python -m dpnmt.export, or download the model where there is internet."
+    )
+    # One short request (or the cache) first: a mistyped id then costs no download retries.
+    if not os.path.isdir(model_dir) and hub.availability_problem(model_dir, needs_tokenizer=True):
+        raise unavailable
     try:
         return models.load_pretrained(model_dir)
     except OSError as error:
         if os.path.isdir(model_dir):
             raise
-        raise ModelUnavailableError(
-            f"--model={model_dir}: no such local folder, and as a Hugging Face hub id it could "
-            "not be downloaded (offline, or no such model). Give the folder written by "
-            "python -m dpnmt.export, or download the model where there is internet."
-        ) from error
+        raise unavailable from error
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -281,7 +299,7 @@ def export_run(workdir: str, out_dir: str) -> str:
     card = model_card.render(run, privacy, results, steps_done=steps_done)
     # Built beside --out and renamed into place: a kill leaves no model without its record.
     with atomic_file.folder_built_beside(out_dir) as building:
-        export.save_pretrained(params, model_config, building)
+        export.save_pretrained(params, model_config, building, generation=run.eval.decoding())
         export_record.mark(building)  # Its config.json says a dpnmt.json belongs beside it.
         hf_tokenizer.save_tokenizer(tokenizer, building)
         fault_points.reached(fault_points.EXPORT_WEIGHTS_WRITTEN)
@@ -295,28 +313,34 @@ def translate_lines(
     translator: Translator,
     lines: list[str],
     *,
-    batch_size: int,
-    num_beams: int,
-    max_new_tokens: int,
     show_progress: bool | None = None,
+    **decoding: int | float,
 ) -> list[str]:
     """One translation per line; an empty (or blank) line gives an empty line.
 
     Args:
         translator: From `load_translator`.
         lines: [num_lines] source sentences.
-        batch_size: Sentences per generate call.
-        num_beams: 1 for greedy, else beam search.
-        max_new_tokens: Generated tokens per sentence.
         show_progress: tqdm bar (None: when there is more than one batch).
+        **decoding: `EvalConfig` fields that replace the translator's recorded
+            settings: num_beams (1: greedy), length_penalty, no_repeat_ngram_size,
+            max_new_tokens (generated tokens per sentence), batch_size (sentences
+            per generate call).
 
     Returns:
         [num_lines] translations, each on one line (line breaks joined by spaces).
+
+    Raises:
+        ConfigError: A decoding setting out of its range (before anything is translated).
     """
     from dpnmt import evaluation
-    from dpnmt.models import decoding
+    from dpnmt.models import decoding as decoding_lib
 
-    gen = decoding.from_model_config(translator.model_config, max_new_tokens, num_beams=num_beams)
+    settings = dataclasses.replace(translator.decoding, **decoding)
+    problems = settings.problems()
+    if problems:
+        raise ConfigError(" ".join(problems))
+    gen = decoding_lib.from_model_config(translator.model_config, **settings.decoding())
     keep = [i for i, line in enumerate(lines) if line.strip()]
     outputs = evaluation.translate(
         translator.model,
@@ -324,7 +348,7 @@ def translate_lines(
         translator.tokenizer,
         [lines[i] for i in keep],
         gen=gen,
-        batch_size=batch_size,
+        batch_size=settings.batch_size,
         max_source_length=translator.max_source_length,
         source_prefix=translator.source_prefix,
         show_progress=show_progress,

@@ -101,6 +101,8 @@ def main(argv):
     markdown, written = report.write_workdir_report(_WORKDIR.value, out)
     print(markdown)
     print(f"Wrote {', '.join(written)} to {out}")
+    if report.RUN_CURVES in written:  # One run: every logged step, live as it trains too.
+        print(f"Every scalar by step, live: tensorboard --logdir {_WORKDIR.value}")
 
 
 if __name__ == "__main__":

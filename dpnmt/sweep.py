@@ -43,10 +43,15 @@ def _parse_flags(argv: list[str]) -> list[str]:
     """Parses the sweep's own flags; `--config.<field>=...` kept for the runs."""
     overrides = [a for a in argv[1:] if a.startswith("--config.")]
     rest = [a for a in argv if not a.startswith("--config.")]
+    parsed = cli.parse_flags(rest)
     problems = check_override_flags(overrides, RunConfig.fields())
+    try:  # The grid's own flags too: every typo at once.
+        grid.expand(_GRID.value or [], _SAMPLING.value or [], _SEEDS.value)
+    except ValueError as error:
+        problems.append(str(error))
     if problems:
         cli.fail("\n".join(problems))
-    return [*cli.parse_flags(rest), *overrides]
+    return [*parsed, *overrides]
 
 
 def main(argv):

@@ -5,13 +5,16 @@ r"""Trains a DP seq2seq translation model.
 
 Ctrl-C or SIGTERM (what SLURM, Kubernetes and systemd send) finishes the lot
 in progress, commits a checkpoint of the state after it, prints the command
-that resumes it and exits with status 128 + the signal: 130 for Ctrl-C, 143
+that resumes it (this interpreter, and the $DPNMT_DATA_DIR it read, so that it
+works when pasted) and exits with status 128 + the signal: 130 for Ctrl-C, 143
 for SIGTERM (a second signal stops at once; the lot is then redone on resume;
 before the first lot, one signal stops at once). A kill -9 keeps every
 committed checkpoint (rerun to resume); a full disk or an unwritable folder
 ends in one line naming the path (exit status 2). A second process on the same
 --workdir is refused in one line naming the first. A finished run ends with a
-few lines for a person: ε, test scores, where the files are.
+few lines for a person: ε, test scores, where the files are; run again, it
+says it has already finished and repeats them (nothing compiled, decoded or
+rewritten).
 
 The logic lives in `dpnmt.training.loop` (a library that is easy to test); this app
 only parses flags. Override any config field: `--config.train.num_epochs=3`.
@@ -43,6 +46,8 @@ from dpnmt import cli
 from dpnmt.errors import ConfigError
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C; SIGTERM: 143.
+# dpnmt.data.corpora.common.DATA_DIR_ENV (importing it loads `datasets`: not before the flags).
+DATA_DIR_ENV = "DPNMT_DATA_DIR"
 # `--config=<this>:<workdir>` reads a run's config.json (`--workdir` alone resumes).
 _WORKDIR_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(cli.__file__)), "config", "from_workdir.py"
@@ -116,6 +121,9 @@ def _train() -> dict:
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
+    finished = _finished_results(_WORKDIR.value)
+    if finished is not None:
+        return finished
     return loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
 
 
@@ -126,9 +134,40 @@ def _terminated(signum, frame) -> None:
     raise interruption.Stopped(signum)
 
 
+def _finished_results(workdir: str) -> dict | None:
+    """results.json of a run that has finished (said in one line), else None.
+
+    The config was checked against the run's binding (`preflight.read_config`):
+    training again would compile, re-decode and rewrite the same results.
+    """
+    from dpnmt import api  # noqa: PLC0415
+
+    results = api.finished_results(workdir)
+    if results is None:
+        return None
+    logging.info(
+        "%s has already finished (its results.json): nothing to train, decode or write; "
+        "a new run needs another --workdir.",
+        workdir,
+    )
+    return results
+
+
+def resume_command(argv: list[str], executable: str, data_dir: str | None) -> str:
+    """The command that was run, as a shell line that resumes it when pasted.
+
+    Args:
+        argv: `sys.argv` (its first item, the program, is replaced by `-m dpnmt.train`).
+        executable: The interpreter (`sys.executable`: the venv's, not a bare `python`).
+        data_dir: $DPNMT_DATA_DIR as read (None: unset), put first as an absolute path.
+    """
+    words = [executable, "-m", "dpnmt.train", *argv[1:]]
+    prefix = "" if not data_dir else f"{DATA_DIR_ENV}={shlex.quote(os.path.abspath(data_dir))} "
+    return prefix + shlex.join(words)
+
+
 def _resume_command() -> str:
-    """The command that was run (it resumes), with `python -m` as the interpreter."""
-    return shlex.join(["python", "-m", "dpnmt.train", *sys.argv[1:]])
+    return resume_command(sys.argv, sys.executable, os.environ.get(DATA_DIR_ENV))
 
 
 def _interrupted(stop: KeyboardInterrupt) -> None:
@@ -156,20 +195,16 @@ def _interrupted(stop: KeyboardInterrupt) -> None:
     sys.exit(status)
 
 
-def _given(argv, name: str) -> str | None:
-    """The value of flag `--name` in `argv` (`--name=v` or `--name v`), or None."""
-    for index, arg in enumerate(argv):
-        if arg.startswith(f"--{name}="):
-            return arg.split("=", 1)[1]
-        if arg == f"--{name}" and index + 1 < len(argv):
-            return argv[index + 1]
-    return None
-
-
 def _parse_flags(argv):
     """`cli.parse_flags`; without `--config`, a workdir's config.json is the config (resume)."""
-    workdir = _given(argv[1:], "workdir")
-    if _given(argv[1:], "config") is None and workdir:
+    workdir = cli.given(argv[1:], "workdir")
+    if not argv[1:]:  # No flags at all: an example, not absl's "must have a value".
+        cli.fail(
+            "--workdir is required, e.g. python -m dpnmt.train --config=configs/first_run.py "
+            "--workdir=runs/multi30k (a new run; configs/ holds the others), or "
+            "--workdir=runs/multi30k alone (resumes it). --help lists every flag."
+        )
+    if cli.given(argv[1:], "config") is None and workdir:
         if os.path.isfile(os.path.join(workdir, "config.json")):
             argv = [argv[0], f"--config={_WORKDIR_CONFIG}:{workdir}", *argv[1:]]
     return cli.parse_flags(argv)

@@ -2,6 +2,12 @@ r"""Translates your own text with a trained run or an exported model.
 
     python -m dpnmt.translate --workdir=runs/tiny --input=in.txt --output=out.txt
     echo "Ein Hund läuft." | python -m dpnmt.translate --model=exported/tiny
+    python -m dpnmt.translate --model=exported/tiny --num_beams=5 --no_repeat_ngram_size=6
+
+Decoding as `dpnmt.decode`'s (`dpnmt.decoding_flags`: `--num_beams`,
+`--length_penalty`, `--no_repeat_ngram_size`), plus `--max_length` and
+`--batch_size`; each left out is the run's `eval` setting or the export's
+`dpnmt.json`.
 
 One output line per input line; an empty input line gives an empty output
 line. Logic: `dpnmt.release` (loading) and `dpnmt.evaluation.translate`.
@@ -16,21 +22,28 @@ import sys
 from absl import app, flags
 from absl import logging as absl_logging
 
-from dpnmt import cli
+from dpnmt import cli, decoding_flags
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's folder (latest checkpoint).")
 _MODEL = flags.DEFINE_string("model", None, "Or a folder written by python -m dpnmt.export.")
 _INPUT = flags.DEFINE_string("input", None, "Text file, one sentence a line (default: stdin).")
 _OUTPUT = flags.DEFINE_string("output", None, "Where to write translations (default: stdout).")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
-_NUM_BEAMS = flags.DEFINE_integer("num_beams", 1, "1: greedy; more: beam search.")
-_MAX_LENGTH = flags.DEFINE_integer("max_length", 64, "Generated tokens per sentence.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "Sentences per decoding batch. Default: recorded (eval.batch_size)."
+)
+_MAX_LENGTH = flags.DEFINE_integer(
+    "max_length", None, "Generated tokens per sentence. Default: recorded (eval.max_new_tokens)."
+)
 
 
 def main(argv):
     """Reads lines, translates them, writes one line each."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    decoding = decoding_flags.overrides(  # Before anything loads: a bad flag fails at once.
+        max_new_tokens=("max_length", _MAX_LENGTH.value),
+        batch_size=("batch_size", _BATCH_SIZE.value),
+    )
     from dpnmt import release  # noqa: PLC0415 - heavy (JAX, models): not for --help.
 
     lines = release.read_lines(_INPUT.value)  # Before the model loads: a bad file fails at once.
@@ -38,10 +51,8 @@ def main(argv):
     translations = release.translate_lines(
         translator,
         lines,
-        batch_size=_BATCH_SIZE.value,
-        num_beams=_NUM_BEAMS.value,
-        max_new_tokens=_MAX_LENGTH.value,
         show_progress=_INPUT.value is not None,
+        **decoding,
     )
     warning = release.empty_translation_warning(lines, translations)
     if warning:

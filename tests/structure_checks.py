@@ -50,6 +50,7 @@ LAYERS = (
             "dpnmt.bridge",
             "dpnmt.bridge.*",
             "dpnmt.privacy",
+            "dpnmt.planning",
             "dpnmt.sigma_hints",
             "dpnmt.distributed",
             "dpnmt.public_names",
@@ -83,10 +84,11 @@ LAYERS = (
             "dpnmt.sweeps.*",
             "dpnmt.release",
             "dpnmt.model_card",
+            "dpnmt.api",
         ),
     ),
-    # The apps' shared flag parsing and one-line errors.
-    ("cli", ("dpnmt.cli",)),
+    # The apps' shared flag parsing and one-line errors; the decoding flags two apps share.
+    ("cli", ("dpnmt.cli", "dpnmt.decoding_flags")),
     # absl apps: parse flags, call one library function (found, not listed).
     ("apps", ()),
 )

@@ -329,3 +329,23 @@ def test_no_app_emits_timed_log_lines():
         handler.setFormatter(before)
     (line,) = lines
     assert line.endswith("step 10/71") and not re.search(r"\d\d:\d\d:\d\d", line), line
+
+
+@pytest.mark.parametrize("module", ["dpnmt.train", "dpnmt.sweep", "dpnmt.audit", "dpnmt.plan"])
+@pytest.mark.parametrize("config", ["configs/tinyy.py", "configs/tinyy.py:eps8"])
+def test_a_mistyped_config_path_is_one_line_naming_it(module, config, tmp_path):
+    """It was a 48-line traceback from ml_collections."""
+    args = [f"--config={config}", f"--workdir={tmp_path / 'run'}"]
+    result = _python(["-m", module, *args], timeout=300)
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{module}: --config={config}: no such file configs/tinyy.py"), line
+    assert "configs/tiny.py" in line  # The closest config file.
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_without_flags_shows_a_usage_example():
+    result = _python(["-m", "dpnmt.train"], timeout=300)
+    assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert "--workdir" in line and "e.g. " in line and "--config=configs/" in line, line

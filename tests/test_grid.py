@@ -264,3 +264,35 @@ def test_a_run_stopped_by_its_own_ctrl_c_is_interrupted_not_failed_and_stops_the
     manifest = grid.read_manifest(str(tmp_path))
     assert len(calls) == 1, "the sweep went on to the next run after a Ctrl-C"
     assert manifest["runs"][specs[0].name]["state"] == grid.INTERRUPTED
+
+
+def test_expand_names_every_bad_flag_at_once():
+    """The sweep reported only the first of two typos."""
+    with pytest.raises(ValueError) as error:
+        grid.expand(["eps1", "epz5"], ["poison"], 0)
+    message = str(error.value)
+    assert "--grid has unknown names ['epz5']" in message
+    assert "--sampling has unknown names ['poison']" in message
+    assert "--seeds=0 must be >= 1" in message
+
+
+def test_the_sweep_app_names_an_override_typo_and_a_grid_typo_together(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    flags = ["--config=configs/tiny.py", "--grid=eps1,epz5", "--sampling=poison"]
+    flags += ["--config.train.num_epoch=2", f"--workdir={tmp_path / 'sweep'}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "dpnmt.sweep", *flags],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=repo),
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    for typo in ("train.num_epoch", "['epz5']", "['poison']"):
+        assert typo in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "sweep").exists()

@@ -119,3 +119,10 @@ def test_card_of_a_group_unit_run_states_the_group_guarantee_and_counts_groups()
     card = model_card.render(run, _report("example"), None, steps_done=3)
     assert "adding or removing one training sentence pair" in card
     assert "| training pairs N (`dataset_size`) | 968 |" in card
+
+
+def test_card_shows_greek_letters_not_json_escapes():
+    privacy = {**PRIVACY, "composition": {"rule": "σ and ε composed", "parts": ["δ"]}}
+    card = model_card.render(RunConfig.of({"data": {"pair": "de-en"}}), privacy, None, steps_done=3)
+    assert "\\u03c3" not in card and "\\u03b5" not in card and "\\u03b4" not in card
+    assert "σ and ε composed" in card

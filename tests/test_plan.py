@@ -47,10 +47,15 @@ def test_the_app_prints_sigma_steps_q_and_epsilon_of_both(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--n=1000", "--lot=2000", "--sigma=1"], "train.expected_lot_size=2000 must be in"),
+        (["--n=1000", "--lot=2000", "--sigma=1"], "^--lot=2000 must be in"),
         (["--n=100", "--lot=50", "--epochs=1000", "--epsilon=0.001"], "is unreachable"),
         (["--n=1000", "--epsilon=1", "--sigma=1"], "exactly one of --epsilon"),
-        (["--n=1000", "--sigma=1", "--delta=0.01"], "at least 1/N"),
+        (
+            ["--n=1000", "--sigma=1", "--delta=0.01"],
+            "^--delta=0.01 is at least 1/N.*--delta=0.0001",
+        ),
+        (["--n=1000", "--epsilon=-1"], "^--epsilon=-1.0 must be > 0"),
+        (["--lot=64", "--epsilon=8"], "Give --n .* or --config"),
     ],
 )
 def test_impossible_targets_are_one_line_naming_the_fix(argv, message):
@@ -58,3 +63,50 @@ def test_impossible_targets_are_one_line_naming_the_fix(argv, message):
         flags.FLAGS(["plan", *argv])
         with pytest.raises(ConfigError, match=message):
             plan_app.main(["plan"])
+
+
+def test_a_config_is_planned_with_n_counted_from_its_corpus(tmp_path):
+    """The user need not know N: --config's run, its corpus counted (files_corpus: 120 pairs)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.small_configs import files_corpus
+
+    corpus = files_corpus(tmp_path / "corpus")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = ["--config=configs/files.py:eps8", f"--config.data.corpus=files:{corpus}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "dpnmt.plan", *argv, "--lot=16", "--accountant=rdp"],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=repo),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    dp = dataclasses.replace(RunConfig.of(files_config(tmp_path / "c2")).dp, accountant="rdp")
+    dp = dataclasses.replace(dp, noise_multiplier=None, target_epsilon=8.0)
+    train = TrainConfig(expected_lot_size=16, num_epochs=RunConfig().train.num_epochs)
+    expected = privacy.plan_privacy(dp, train, 120)
+    assert f"poisson: σ={expected.noise_multiplier:.4g}, T={expected.num_steps} steps" in out
+
+
+def test_the_python_planner_is_the_trainers_plan_and_opacus_sigma():
+    from opacus.accountants.utils import get_noise_multiplier as opacus_sigma
+
+    from dpnmt import planning
+
+    plan = planning.plan(1000, expected_lot_size=100, num_epochs=3, noise_multiplier=1.2)
+    dp, train = (
+        PrivacyConfig(noise_multiplier=1.2),
+        TrainConfig(expected_lot_size=100, num_epochs=3),
+    )
+    assert plan == privacy.plan_privacy(dp, train, 1000)
+    with pytest.raises(ConfigError, match="train.expected_lot_size=2000"):
+        planning.plan(1000, expected_lot_size=2000, num_epochs=3, noise_multiplier=1.2)
+    # Opacus' arguments, and (its RDP accountant beside dp_accounting's) its σ within 1 %.
+    kwargs = dict(target_epsilon=8, target_delta=1e-6, sample_rate=0.01, epochs=5)
+    ours = planning.get_noise_multiplier(**kwargs, accountant="rdp")
+    assert ours == pytest.approx(opacus_sigma(**kwargs, accountant="rdp"), rel=1e-2)

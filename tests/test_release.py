@@ -82,6 +82,10 @@ def test_export_writes_a_transformers_folder_and_a_model_card(run):
     # The privacy record travels with the model: a run fine-tuning it composes it.
     settings = json.loads((out / "dpnmt.json").read_text())
     assert settings["privacy"] == privacy
+    # The run's decoding travels too: dpnmt.translate's defaults and transformers' generate's.
+    decoding = RunConfig.of(small_config("eps8")).eval.decoding() | {"max_new_tokens": MAX_NEW}
+    assert {name: settings[name] for name in decoding} == decoding
+    assert json.loads((out / "generation_config.json").read_text())["max_new_tokens"] == MAX_NEW
     # Its training corpora, by public name: a DP run's export holds no digest of private text.
     assert settings["training_corpora"] == [{"corpus": "wmt16"}]
     private_dir = workdir / "private"

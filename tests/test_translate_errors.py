@@ -73,3 +73,14 @@ def test_the_app_prints_one_line_without_the_help(tmp_path):
     assert result.returncode == cli.USAGE_EXIT_CODE, result.stderr[-2000:]
     (error,) = result.stderr.strip().splitlines()  # No help, no library INFO line.
     assert error.startswith("dpnmt.translate: --workdir=") and "no such folder" in error
+
+
+def test_a_hub_id_the_hub_cannot_give_is_refused_before_any_download(monkeypatch, tmp_path):
+    """A mistyped --model that looks like a hub id cost 33 s of hub retries before its line."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tried = []
+    monkeypatch.setattr("dpnmt.models.load_pretrained", lambda name: tried.append(name))
+    with pytest.raises(ModelUnavailableError, match=r"--model=exportd/none: no such local folder"):
+        release.load_translator(model_dir="exportd/none")
+    assert tried == []  # Asked once (models.hub: one short request, or the cache), no retries.

@@ -139,6 +139,10 @@ class DataConfig(Section):
         return mode == "per_lot" or (mode == "auto" and process_count > 1)
 
 
+# Above any translation model's vocabulary: a learnt one this size is a typo (issue 61).
+MAX_VOCAB_SIZE = 1_000_000
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig(Section):
     """`config.tokenizer`: how the vocabulary is made (`RunConfig.tokenizer_kind` resolves it)."""
@@ -159,7 +163,12 @@ class TokenizerConfig(Section):
         """Choices and ranges of the tokenizer fields (the DP ones: `dp_problems`)."""
         return self.choice_problems() + self.ranges(
             (
-                ("vocab_size", at_least(8), ">= 8 pieces"),
+                (
+                    "vocab_size",
+                    lambda v: 8 <= v <= MAX_VOCAB_SIZE,
+                    f">= 8 and <= {MAX_VOCAB_SIZE:,} pieces (mT5 has 250,112; more is most "
+                    "likely a typo)",
+                ),
                 ("dp_max_words", at_least(1), ">= 1"),
                 ("sentinels", at_least(0), ">= 0 (T5 sentinels reserved or appended)"),
             )
@@ -386,6 +395,10 @@ class TrainConfig(Section):
         return []
 
 
+# EvalConfig's fields that change the generated text (not batch_size, not scoring).
+DECODING_FIELDS = ("num_beams", "length_penalty", "no_repeat_ngram_size", "max_new_tokens")
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(Section):
     """`config.eval`: decoding and scoring of validation and test splits."""
@@ -414,6 +427,14 @@ class EvalConfig(Section):
                 ("batch_size", at_least(1), ">= 1"),
             )
         )
+
+    def decoding(self) -> dict[str, int | float]:
+        """The generation settings, named as transformers' `GenerationConfig` names them.
+
+        What a decode's results.json and an export's `dpnmt.json` record, and what
+        `dpnmt.translate` decodes with unless its flags say otherwise.
+        """
+        return {name: getattr(self, name) for name in DECODING_FIELDS}
 
 
 SECTIONS: tuple[type[Section], ...] = (

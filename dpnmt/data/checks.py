@@ -301,9 +301,22 @@ def data_problems(data: DataConfig, dp: PrivacyConfig) -> list[str]:
             problems.append(
                 f"data.corpus={data.corpus!r}: folder {argument} does not exist here or "
                 f"under ${corpora.DATA_DIR_ENV}; give a "
-                "folder of train/validation/test files (README: 'Your own data and model')."
+                "folder of train/validation/test files (docs/data.md: 'Your own data and model')."
             )
-    return problems
+    return problems + private_pair_problems(data)
+
+
+def private_pair_problems(data: DataConfig) -> list[str]:
+    """`data.pair` against the languages the run's own `files:` folders hold (asked first)."""
+    if data.objective != "translation":  # Monolingual text may hold one language only.
+        return []
+    try:
+        pair = languages.parse_pair(data.pair)
+        found = [corpora.lookup(e.registry_name) for e in corpora.parse_corpus_names(data.corpus)]
+    except (ValueError, InputError):
+        return []  # Named above.
+    problems = [corpora.files.pair_problem(arg, pair) for c, arg in found if c.name == "files"]
+    return [f"data.pair={data.pair!r}: {problem}" for problem in problems if problem]
 
 
 def _distinct_characters_exceed(train, limit: int) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dpnmt.config import DataConfig, PrivacyConfig, RunConfig, TokenizerConfig
 from dpnmt.data import corpora, languages, overlap, public_vocab
-from dpnmt.data.checks import corpus_identity
+from dpnmt.data.checks import corpus_identity, private_pair_problems
 from dpnmt.data.corpora.common import validation_is_carved_from_train
 from dpnmt.errors import InputError
 
@@ -50,7 +50,17 @@ def public_corpora_problems(
         private = corpora.parse_corpus_names(data.corpus)
     except InputError as error:
         return [str(error)]
-    problems = [p for e in public if (p := _public_corpus_problem(e, data.pair))]
+    found = [_public_corpus_problem(e, data.pair) for e in public]
+    problems = [problem for problem, _ in found if problem]
+    lacking = [without for _, without in found if without]
+    if lacking and not private_pair_problems(data):  # Else the user's files are named.
+        problems.append(
+            f"tokenizer.public_corpora={spec!r}: the public vocabulary has no {data.pair} text "
+            f"({'; '.join(lacking)}). For data.pair={data.pair!r} name public text of that pair "
+            "(tokenizer.public_corpora, or tokenizer.public_text_paths), a pretrained model "
+            "with its tokenizer (model.name_or_path), or tokenizer.kind='dp_sentencepiece' "
+            "(its ε adds to the run's)."
+        )
     if problems or not dp.enabled:
         return problems  # Non-private: the public stage trains on these corpora too.
     folders = {corpus_identity(entry.registry_name) for entry in private}
@@ -65,31 +75,40 @@ def public_corpora_problems(
     return []
 
 
-def _public_corpus_problem(entry, pair: str) -> str | None:
-    """A public corpus that is missing or lacks the run's pair (cheap: folder and pair)."""
+def _public_corpus_problem(entry, pair: str) -> tuple[str | None, str | None]:
+    """(a problem of a public corpus itself, or what it holds when it lacks the run's pair).
+
+    Cheap: the folder, its file names and header, the corpus's pair list.
+    """
     corpus, argument = corpora.lookup(entry.registry_name)
     try:
         direction = languages.parse_pair(pair)
     except ValueError:
-        return None  # Named by the data checks.
+        return None, None  # Named by the data checks.
     where = f"tokenizer.public_corpora: {entry.name!r}"
     if corpus.name == "wmt16":
         try:
             languages.check_pair_available(direction, corpora.WMT16_PAIRS, "wmt16")
-        except ValueError as error:
-            return f"{where}: {error} Name public corpora of data.pair={pair!r}."
+        except ValueError:
+            return None, f"{entry.name!r} has no {pair}"
     if corpus.name != "files":
-        return None
+        return None, None
     folder = corpora.files.resolve_folder(argument)
     if not os.path.isdir(folder):
-        return f"{where}: folder {argument} does not exist here or under ${corpora.DATA_DIR_ENV}."
+        problem = (
+            f"{where}: folder {argument} does not exist here or under ${corpora.DATA_DIR_ENV}."
+        )
+        return problem, None
+    if corpora.files.pair_problem(folder, direction):
+        held = corpora.files.folder_languages(folder)
+        return None, f"{entry.name!r} holds {'-'.join(held)}"
     try:
         found = corpora.common.read_local_split(folder, "train", direction)
     except InputError as error:
-        return f"{where}: {error}"
+        return f"{where}: {error}", None
     if found is None:
-        return f"{where}: {folder} has no train file for {pair}."
-    return None
+        return f"{where}: {folder} has no train file for {pair}.", None
+    return None, None
 
 
 def measure_split_problems(run: RunConfig | None, measure: str | None, split: str) -> list[str]:

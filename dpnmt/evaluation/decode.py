@@ -145,12 +145,7 @@ def decode_and_score(
         "scores": evaluator.scores(hypotheses, references, bertscore=bertscore),
         "privacy": report,
         "steps_done": steps_done,
-        "decoding": {
-            "num_beams": run.eval.num_beams,
-            "length_penalty": run.eval.length_penalty,
-            "no_repeat_ngram_size": run.eval.no_repeat_ngram_size,
-            "max_new_tokens": run.eval.max_new_tokens,
-        },
+        "decoding": run.eval.decoding(),
         "vocabulary": dataclasses.asdict(vocabulary)
         if isinstance(vocabulary, tokenizers.VocabularyRecord)
         else None,

@@ -10,6 +10,7 @@ stops once all its rows end) and returned in input order.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 
@@ -121,7 +122,7 @@ def translate(
             are truncated by the tokenizer and counted in the log.
         source_prefix: Text put before every text source.
         show_progress: Progress bar; None shows it when there is more than one batch
-          (on process 0 only).
+          (on process 0 only). Only ever on a terminal (stderr a TTY).
 
     Returns:
         [num_sentences] decoded translations, in the order of `sources`.
@@ -155,8 +156,9 @@ def translate(
     translations: list[str | None] = [None] * len(ids)
     started = time.perf_counter()
 
+    terminal = sys.stderr.isatty()  # A log file gets no carriage-return bars.
     with tqdm.tqdm(
-        total=len(ids), unit="sent", desc="translate", disable=not show_progress
+        total=len(ids), unit="sent", desc="translate", disable=not (show_progress and terminal)
     ) as progress:
 
         def collect(indices: list[int], tokens: chex.Array) -> None:

@@ -135,7 +135,28 @@ def to_hf_model(params: chex.ArrayTree, config: ModelConfig) -> Any:
     return model.eval()
 
 
-def save_pretrained(params: chex.ArrayTree, config: ModelConfig, out_dir: str) -> None:
-    """Writes `config.json`, `model.safetensors`, `generation_config.json` to `out_dir`."""
+def save_pretrained(
+    params: chex.ArrayTree,
+    config: ModelConfig,
+    out_dir: str,
+    *,
+    generation: dict[str, int | float] | None = None,
+) -> None:
+    """Writes `config.json`, `model.safetensors`, `generation_config.json` to `out_dir`.
+
+    Args:
+        params: The Flax parameters.
+        config: Their model config.
+        out_dir: The folder (made if missing).
+        generation: `GenerationConfig` fields for `generate`'s defaults (max_new_tokens,
+            num_beams, length_penalty, no_repeat_ngram_size); None: transformers' own
+            (which stop at 20 tokens).
+    """
     os.makedirs(out_dir, exist_ok=True)
-    to_hf_model(params, config).save_pretrained(out_dir)
+    model = to_hf_model(params, config)
+    if generation is not None:
+        fields = dict(generation)
+        if fields.get("num_beams", 1) == 1:  # transformers refuses it without beams.
+            fields.pop("length_penalty", None)
+        model.generation_config.update(**fields)
+    model.save_pretrained(out_dir)

@@ -20,6 +20,8 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from dpnmt.core.accounting import _quiet_rdp_convergence as quiet_rdp_convergence
+
 # Reported and recomputed ε may differ by this much (relative), plus an absolute
 # 1e-3: PLD discretisation (at most 1e-4 of ε per step of the grid) and the
 # JSON's float rounding stay far below it; a wrong σ, q, T or bound does not.
@@ -85,7 +87,8 @@ def _epsilon(events, delta: float, bound) -> float:
     """ε of `events` composed, by the accountant `bound` names."""
     event = dp_accounting.ComposedDpEvent(list(events))
     rdp = rdp_privacy_accountant.RdpAccountant()
-    rdp.compose(event)
+    with quiet_rdp_convergence():  # Its per-order warnings: noise between the report's tables.
+        rdp.compose(event)
     rdp_epsilon = float(rdp.get_epsilon(delta))
     if "RDP" in str(bound or "") or not math.isfinite(rdp_epsilon):
         return rdp_epsilon

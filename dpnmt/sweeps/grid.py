@@ -80,19 +80,22 @@ def expand(privacy: Sequence[str], sampling: Sequence[str], num_seeds: int) -> l
     Raises:
       ValueError: an empty or repeated list, an unknown name, num_seeds < 1.
     """
+    problems = []  # Every bad flag at once.
     for flag, names, valid in (
         ("--grid", privacy, tuple(config_lib.PRIVACY_VARIANTS)),
         ("--sampling", sampling, config_lib.SAMPLING_VARIANTS),
     ):
-        if not names:
-            raise ValueError(f"{flag} is empty; give some of {list(valid)}.")
         unknown = [n for n in names if n not in valid]
-        if unknown:
-            raise ValueError(f"{flag} has unknown names {unknown}; valid: {list(valid)}.")
-        if len(set(names)) != len(names):
-            raise ValueError(f"{flag}={','.join(names)} repeats a name; give each once.")
+        if not names:
+            problems.append(f"{flag} is empty; give some of {list(valid)}.")
+        elif unknown:
+            problems.append(f"{flag} has unknown names {unknown}; valid: {list(valid)}.")
+        elif len(set(names)) != len(names):
+            problems.append(f"{flag}={','.join(names)} repeats a name; give each once.")
     if num_seeds < 1:
-        raise ValueError(f"--seeds={num_seeds} must be >= 1.")
+        problems.append(f"--seeds={num_seeds} must be >= 1.")
+    if problems:
+        raise ValueError(" ".join(problems))
     return [RunSpec(p, s, k) for p in privacy for s in sampling for k in range(num_seeds)]
 
 

@@ -167,3 +167,42 @@ def curves_by_epoch(curves: dict[str, list[dict]], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def run_curves(series: dict[str, list[tuple[int, float]]], validation: list[dict], path: str):
+    """One run by step: training loss (non-private runs), validation loss and BLEU, ε spent.
+
+    Args:
+        series: `report.step_series` (name -> [(step, value)]).
+        validation: `runs_table.validation_curve` points ({"step", "loss"?, "bleu"?}).
+        path: the PNG to write.
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    panels = (
+        (axes[0], [("train loss", series["train loss"])], "training loss (nats/token)"),
+        (
+            axes[1],
+            [
+                (f"validation {key}", [(p["step"], p[key]) for p in validation if key in p])
+                for key in ("loss", "bleu")
+            ],
+            "validation loss / BLEU",
+        ),
+        (axes[2], [(k, v) for k, v in series.items() if k.startswith("ε")], "ε spent"),
+    )
+    for ax, lines, label in panels:
+        for name, points in lines:
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=name)
+        if not ax.get_legend_handles_labels()[0]:  # Say why a panel is empty.
+            why = "none: non-private (ε ∞), or private (no training loss published)"
+            ax.text(0.5, 0.5, why, ha="center", transform=ax.transAxes, fontsize=8)
+        else:
+            ax.legend(fontsize=8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("step (lots)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,5 +1,7 @@
 """Privacy/utility reports: a sweep's Table 3 and plots, or one table of published run folders."""
 
+import json
+import math
 import os
 from collections.abc import Sequence
 
@@ -9,6 +11,13 @@ from dpnmt.sweeps import grid, groups_table, plots, runs_details, runs_table, su
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 FIGURES = ("bleu_vs_epsilon.png", "learning_curves.png", "epsilon_vs_step.png")
 RUNS_FIGURES = ("learning_curves.png",)
+RUN_CURVES = "run_curves.png"  # One run's report: its curves by step.
+# metrics.jsonl's scalars `step_series` plots, by their names in the figure.
+_STEP_SERIES = {
+    "train/loss": "train loss",
+    "privacy/epsilon_spent": "ε spent (DP-SGD)",
+    "privacy/total_epsilon_spent": "ε spent (total)",
+}
 STARTS = (runs_table.NO_PRIVATE_DATA, runs_table.ZERO_SHOT)  # The sampling labels of start rows.
 
 
@@ -28,12 +37,43 @@ def write_workdir_report(workdir: str, out: str) -> tuple[str, tuple[str, ...]]:
     if os.path.isfile(os.path.join(workdir, grid.MANIFEST_FILE)):
         return write_report(workdir, out), (TABLE_MD, TABLE_CSV, *FIGURES)
     if os.path.isfile(os.path.join(workdir, runs_table.RESULTS)):
-        return write_runs_report([workdir], out), (TABLE_MD, TABLE_CSV, *RUNS_FIGURES)
+        markdown = write_runs_report([workdir], out)
+        (run,), _ = runs_table.load_runs([workdir])
+        path = os.path.join(out, RUN_CURVES)
+        plots.run_curves(step_series(run), runs_table.validation_curve(run), path)
+        return markdown, (TABLE_MD, TABLE_CSV, *RUNS_FIGURES, RUN_CURVES)
     what = "no such folder" if not os.path.isdir(workdir) else "no sweep.json and no results.json"
     raise ConfigError(
         f"--workdir={workdir}: {what}; give a sweep's folder (python -m dpnmt.sweep) or a "
         "finished run's (python -m dpnmt.train), or several runs with --runs."
     )
+
+
+def step_series(run: runs_table.PublishedRun) -> dict[str, list[tuple[int, float]]]:
+    """A run's scalars by step from its metrics.jsonl: training loss, ε spent (finite only).
+
+    A private run's training loss is never read (computed on private pairs,
+    unnoised: it is not published, `training.metrics`). A step logged twice (a
+    resumed session) keeps its last record.
+    """
+    keys = dict(_STEP_SERIES)
+    if run.privacy.get("private"):
+        del keys["train/loss"]
+    by_step: dict[int, dict] = {}
+    path = os.path.join(run.folder, runs_table.METRICS)
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                by_step.setdefault(int(record["step"]), {}).update(record)
+    return {
+        name: [
+            (step, float(r[key]))
+            for step, r in sorted(by_step.items())
+            if key in keys and key in r and math.isfinite(float(r[key]))
+        ]
+        for key, name in _STEP_SERIES.items()
+    }
 
 
 def write_report(workdir: str, out: str) -> str:

@@ -111,7 +111,7 @@ def scrub(directory: str, step: int, *, timeless: bool) -> None:
         if _COMMIT_FILE in files:  # Orbax checks that it exists, not what it says.
             name = os.path.relpath(folder, workdir)
             text = f"Checkpoint commit was successful to {name}"
-            atomic_file.write_atomic(os.path.join(folder, _COMMIT_FILE), text)
+            atomic_file.write_atomic(os.path.join(folder, _COMMIT_FILE), text, private=True)
     if not timeless:
         return
     path = os.path.join(step_dir, _STEP_METADATA_FILE)
@@ -119,7 +119,7 @@ def scrub(directory: str, step: int, *, timeless: bool) -> None:
         with open(path) as f:
             metadata = json.load(f)
         metadata.update(dict.fromkeys(_TIMESTAMP_FIELDS))  # None: orbax reads it as unknown.
-        atomic_file.write_atomic(path, json.dumps(metadata))  # A kill: the old or the new.
+        atomic_file.write_atomic(path, json.dumps(metadata), private=True)  # Old or new.
     for folder, dirs, files in os.walk(directory):
         for name in dirs + files:
             os.utime(os.path.join(folder, name), (0, 0), follow_symlinks=False)

@@ -118,7 +118,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, corpus_transform) -> 
     if distributed.is_primary():
         run.files.run_dir.write_results(results)
     profile.write(run.files, run.privacy)
-    logging.info(
+    # The whole record (2 KB) for --verbosity=1; the app ends with its human summary.
+    logging.debug(
         "Test: %s  Privacy: %s", json_dumps(results["test"]), json_dumps(results["privacy"])
     )
     return results

@@ -77,11 +77,8 @@ def log_progress(
         epsilon_text = "non-private (ε ∞)"
     elif total_epsilon is not None:
         scalars["privacy/total_epsilon_spent"] = total_epsilon
-        epsilon_text = (
-            f"ε spent: DP-SGD {epsilon:.4g}, total {total_epsilon:.4g} (with the vocabulary "
-            "and any composed pretrained export; a DP export on data declared disjoint: the "
-            "larger of its total and this run's)"
-        )
+        # What the total holds is said once, in the plan line (`training.setup._log_plan`).
+        epsilon_text = f"ε spent: DP-SGD {epsilon:.4g}, total {total_epsilon:.4g}"
     if lots_per_second is not None:
         eta = (plan.num_steps - step) / max(lots_per_second, 1e-9)
         counted = "groups" if plan.unit == privacy.GROUP else "examples"  # L counts these.

@@ -66,10 +66,10 @@ def config_problems(run: RunConfig, *, device_count: int | None = None) -> list[
     model_files = model_files_problems(run)
     return [
         *run.problems(),
+        *data_checks.data_problems(run.data, run.dp),  # The user's own files first.
         *public_checks.public_source_problems(run),
         *model_checks.model_problems(run.model),
         *(model_files or pretrained_privacy.pretrained_problems(run)),  # The files first.
-        *data_checks.data_problems(run.data, run.dp),
         *data_checks.objective_problems(run),
         *data_checks.appended_sentinel_problems(run),
         *buckets.length_bucket_problems(run.data, jax.process_count()),
@@ -159,7 +159,12 @@ def check_run(
     public += public_checks.public_corpora_content_problems(run, corpus)
     public += pretrained_privacy.declared_text_problems(run, corpus)
     raise_problems([*public, *problems])
-    health.log_warnings([data_checks.small_corpus_note(run, dataset_size)])
+    health.log_warnings(
+        [
+            data_checks.small_corpus_note(run, dataset_size),
+            privacy.small_run_note(run.dp, run.train, dataset_size, num_groups),
+        ]
+    )
 
 
 def _group_carved_validation_problems(run: RunConfig, corpus) -> list[str]:

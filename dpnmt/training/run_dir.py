@@ -68,9 +68,13 @@ def strict_json(value):
 
 
 def write_json(path: str, value) -> None:
-    """Writes strict JSON (no NaN/Infinity tokens) atomically: a kill leaves the old or the new."""
+    """Writes strict JSON (no NaN/Infinity tokens) atomically: a kill leaves the old or the new.
+
+    A file under a `private/` folder is the owner's alone (0600); others get the usual mode.
+    """
     text = json.dumps(strict_json(value), indent=2, default=_json_default, allow_nan=False)
-    atomic_file.write_atomic(path, text)
+    private = PRIVATE_DIR in os.path.normpath(os.path.abspath(path)).split(os.sep)[:-1]
+    atomic_file.write_atomic(path, text, private=private)
 
 
 def json_dumps(value) -> str:
@@ -262,7 +266,7 @@ class RunDir:
         """How many sessions this workdir has run (0 for the first), counted in private/."""
         path = self.private_file(SESSIONS_FILE)
         count = _read_number(path, "the session counter") if os.path.exists(path) else 0
-        atomic_file.write_atomic(path, str(count + 1))
+        atomic_file.write_atomic(path, str(count + 1), private=True)
         return count
 
     def sampler_path(self, step: int) -> str:
@@ -275,7 +279,7 @@ class RunDir:
         out = dict(state)
         if out.get("generator_state") is not None:
             out["generator_state"] = np.asarray(out["generator_state"], np.uint8).tolist()
-        atomic_file.write_atomic(self.sampler_path(step), json.dumps(out))
+        atomic_file.write_atomic(self.sampler_path(step), json.dumps(out), private=True)
 
     def load_sampler_state(self, step: int) -> dict:
         """The sampler state saved with the checkpoint at `step`."""

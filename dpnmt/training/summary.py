@@ -74,7 +74,8 @@ def end_of_run_lines(results: dict, workdir: str) -> list[str]:
         privacy_line(report),
         test_line(results.get("test")),
         f"Results: {os.path.join(workdir, RESULTS_FILE)} (scores, the privacy report); "
-        f"never publish {os.path.join(workdir, PRIVATE_DIR)}/ (the secret seed).",
+        f"never publish {os.path.join(workdir, PRIVATE_DIR)}/ (the secret seed). Curves: "
+        f"python -m dpnmt.report --workdir={folder}, or tensorboard --logdir {folder}",
         f"Model card and a transformers model: python -m dpnmt.export --workdir={folder} "
         f"--out={export_to}; then translate: python -m dpnmt.translate --model={export_to}",
     ]

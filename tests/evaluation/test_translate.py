@@ -150,3 +150,14 @@ def test_bad_sources(setup):
         translate(model, params, tokenizer, [[]], **kwargs)
     with pytest.raises(ValueError, match="batch_size=0"):
         translate(model, params, tokenizer, ["a"], **{**kwargs, "batch_size": 0})
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_the_progress_bar_shows_on_a_terminal_only(setup, capsys, monkeypatch, terminal):
+    """A log file (stderr redirected) got tqdm's carriage-return bars."""
+    tokenizer, config, model, params, sources = setup
+    monkeypatch.setattr("sys.stderr.isatty", lambda: terminal, raising=False)
+    gen = decoding.from_model_config(config, max_new_tokens=2)
+    kwargs = dict(gen=gen, batch_size=BATCH_SIZE, max_source_length=MAX_SOURCE_LENGTH)
+    translate(model, params, tokenizer, sources, show_progress=True, **kwargs)
+    assert ("translate:" in capsys.readouterr().err) == terminal

@@ -94,7 +94,10 @@ def test_ctrl_c_saves_the_lot_boundary_and_the_workdir_alone_resumes(tmp_path):
     step = int(last.split("Interrupted at lot ")[1].split()[0])
     assert 3 <= step < 112
     assert f"the same command resumes from lot {step} (checkpoint saved)" in last
-    resume_command = f"python -m dpnmt.train --config={config}:eps8 --workdir=run "
+    # This interpreter and the data folder: the line works when pasted (outside a venv too).
+    data_dir = os.path.abspath(os.environ["DPNMT_DATA_DIR"])
+    resume_command = f"{sys.executable} -m dpnmt.train --config={config}:eps8 --workdir=run "
+    assert f"(checkpoint saved): DPNMT_DATA_DIR={data_dir} {resume_command}" in last
     assert last.endswith(resume_command + " ".join(flags))
     # The one checkpoint is the state after lot `step`, and the sampler state of that step.
     assert os.listdir(tmp_path / "run" / "checkpoints") == [str(step)]

@@ -18,6 +18,7 @@ from dpnmt.data import objectives, text_objective, tokenizers
 from dpnmt.errors import ConfigError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import loop, pieces, preflight
+from tests.markers import needs_data
 from tests.small_configs import smaller_config
 
 TEXTS = [f"Der Satz {i} ist {i % 7} Worte lang ." for i in range(96)]
@@ -194,6 +195,7 @@ def test_objectives_module_lists_the_config_choices():
     assert tuple(Objective.__args__) == objectives.OBJECTIVES
 
 
+@needs_data  # Multi30K's text and the public vocabulary's corpora.
 @pytest.mark.parametrize("variant", ["span", "prefix,nonprivate", "span,eps8"])
 def test_pretrain_mono_config_passes_the_static_checks(variant, tmp_path):
     from tests.small_configs import load_config

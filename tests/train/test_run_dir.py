@@ -171,3 +171,18 @@ def test_app_log_lines_carry_no_timestamp():
     finally:
         handler.setFormatter(before)
     assert line.endswith("step 10/71") and not re.search(r"\d\d:\d\d:\d\d", line), line
+
+
+def test_published_records_get_the_usual_file_mode_and_private_ones_the_owners_only(tmp_path):
+    """results.json was written 0600 (mkstemp's mode) while the other published files are 0644."""
+    umask = os.umask(0o022)
+    try:
+        run = run_dir.RunDir(str(tmp_path))
+        run.write_results({"finished": True})
+        run.write_private_json("preprocessing.json", {"n": 1})
+        run_dir.write_json(str(tmp_path / "other.json"), {})
+    finally:
+        os.umask(umask)
+    assert os.stat(run.results_path).st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / "other.json").st_mode & 0o777 == 0o644
+    assert os.stat(run.private_file("preprocessing.json")).st_mode & 0o777 == 0o600

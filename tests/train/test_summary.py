@@ -25,6 +25,9 @@ def test_a_private_run_says_its_two_epsilons_delta_sampling_and_scores():
     assert math.isclose(report.total_epsilon, report.dp_sgd_epsilon + 2.0)
     assert test == "Test: BLEU 12.3, chrF 40.1 on 1000 sentences."
     assert where.startswith("Results: runs/tiny/results.json") and "runs/tiny/private/" in where
+    assert where.endswith(
+        "python -m dpnmt.report --workdir=runs/tiny, or tensorboard --logdir runs/tiny"
+    )
     assert "python -m dpnmt.export --workdir=runs/tiny --out=runs/tiny_export" in export
     assert "python -m dpnmt.translate --model=runs/tiny_export" in export
 

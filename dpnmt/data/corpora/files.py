@@ -16,6 +16,7 @@ objective reads language L's side only).
 """
 
 import dataclasses
+import json
 import os
 
 import datasets
@@ -133,3 +134,49 @@ def load_files(
     if "validation" not in splits:
         carve_validation_split(splits, origins, validation_size)
     return make_corpus(pair, splits, origins)
+
+
+def folder_languages(folder: str) -> list[str]:
+    """The languages a folder's train split holds, read cheaply (names, a header, a line).
+
+    `train.tsv`'s header, `train.jsonl`'s first object's keys, or the suffixes of
+    its line-aligned text files (`train.de` -> de); [] when none says.
+    """
+    tsv, jsonl = os.path.join(folder, "train.tsv"), os.path.join(folder, "train.jsonl")
+    try:
+        if os.path.isfile(tsv):
+            with open(tsv, encoding="utf-8") as f:
+                return [c.strip() for c in f.readline().split("\t") if c.strip() != "group"]
+        if os.path.isfile(jsonl):
+            with open(jsonl, encoding="utf-8") as f:
+                first = json.loads(f.readline() or "{}")
+            return sorted(first) if isinstance(first, dict) else []
+    except (OSError, UnicodeDecodeError, ValueError):
+        return []  # Named, with its line, when the corpus is read.
+    return [
+        lang for lang in languages_in_folder(folder) if os.path.isfile(f"{folder}/train.{lang}")
+    ]
+
+
+def pair_problem(folder: str, pair: LanguagePair) -> str | None:
+    """What the folder's train split lacks of `pair`, in words; None when it has both sides.
+
+    Args:
+        folder: A `files:` folder (read under $DPNMT_DATA_DIR as `resolve_folder`); None
+            when it does not exist (a problem of its own).
+        pair: The run's direction.
+    """
+    folder = resolve_folder(folder)
+    if not os.path.isdir(folder):
+        return None
+    held = folder_languages(folder)
+    missing = [lang for lang in (pair.source, pair.target) if lang not in held]
+    if not held or not missing:
+        return None
+    could = f"{held[0]}-{held[1]} or {held[1]}-{held[0]}" if len(held) == 2 else "two of them"
+    holds = ", ".join(held[:-1]) + f" and {held[-1]}" if len(held) > 1 else held[0]
+    return (
+        f"{folder} holds {holds} text, no {' or '.join(missing)}; set data.pair "
+        f"to {could}, or add {missing[0]} files to the folder (train.{missing[0]} beside "
+        f"train.{held[0]}, or a column in train.tsv)."
+    )

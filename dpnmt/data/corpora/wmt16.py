@@ -73,5 +73,5 @@ def load_wmt16(
             splits[split], origins[split] = found
     if "validation" not in splits:
         carve_validation_split(splits, origins, validation_size, unit="lines")
-    logging.info("wmt16 %s offline splits: %s", pair, origins)
+    logging.debug("wmt16 %s offline splits: %s", pair, origins)  # Paths: for --verbosity=1.
     return make_corpus(pair, splits, origins)
