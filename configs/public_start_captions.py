@@ -14,7 +14,8 @@ captions alone, as configs/public_de_en_captions.py did on 507 of them
   * its export is the shipped start, `models/public_start` (issue 58).
 
     python -m dpnmt.train --config=configs/public_start_captions.py \\
-        --workdir=../public_start_captions --config.model.name_or_path=../exported/public_start_general
+        --workdir=../public_start_captions \\
+        --config.model.name_or_path=../exported/public_start_general
     python -m dpnmt.export --workdir=../public_start_captions --out=models/public_start
 
 Only `nonprivate` (the default): the data are public.
