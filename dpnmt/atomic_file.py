@@ -136,15 +136,3 @@ def folder_built_beside(path: str) -> Iterator[str]:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     _sync_folder(parent)
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (`os.umask` would, for every thread)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022

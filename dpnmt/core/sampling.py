@@ -110,7 +110,10 @@ class MicroBatches:
                 f"micro-batch index {int(index)} is outside [0, {num_microbatches}): the lot "
                 f"has {num_microbatches} micro-batches."
             )
-        rows = self.indices[index]
+        # A traced index past the end must not clamp onto the last micro-batch (a copy of its
+        # examples): it gathers fill rows, as an out-of-range example index does.
+        past = jnp.where(index < 0, num_microbatches, index)  # take would wrap a negative one.
+        rows = jnp.take(self.indices, past, axis=0, mode="fill", fill_value=self.num_examples)
         return jax.tree_util.tree_map(
             lambda leaf: jnp.take(jnp.asarray(leaf), rows, axis=0, mode="fill"), examples
         )

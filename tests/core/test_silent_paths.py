@@ -92,6 +92,15 @@ class GatherTest(parameterized.TestCase):
         np.testing.assert_array_equal(rows[[0, 2]], [1.0, 3.0])
         self.assertTrue(np.all(np.isnan(rows[[1, 3]])), rows)
 
+    def test_a_traced_microbatch_index_past_the_end_never_copies_a_microbatch(self):
+        """A clamping gather of micro-batch 7 (or -1) of 3 would repeat micro-batch 2's rows."""
+        data = {"x": jnp.arange(6, dtype=jnp.float32)[:, None] + 1.0}
+        lot = core.to_microbatches(jnp.arange(6), jnp.ones(6, bool), 2, 3, num_examples=6)
+        gather = jax.jit(lambda k: lot.gather(data, k)["x"][:, 0])
+        np.testing.assert_array_equal(np.asarray(gather(2)), [5.0, 6.0])
+        for past in (3, 7, -1):
+            self.assertTrue(np.all(np.isnan(np.asarray(gather(past)))), past)
+
     def test_examples_and_core_docs_gather_through_the_lot(self):
         """No example or core docs page indexes data with a lot's indices by hand."""
         hand = re.compile(r"\[\s*(lot\.)?indices(\[[^\]]*\])?\s*\]")
