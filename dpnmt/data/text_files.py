@@ -15,6 +15,11 @@ GROUP_KEY = "group"
 _LANGUAGE_CODE = re.compile(r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?$")
 
 
+def is_language_code(text: str) -> bool:
+    """Whether `text` reads as a language code (de, en, pt_BR, zh-Hans), as a header names one."""
+    return bool(_LANGUAGE_CODE.match(text))
+
+
 class MissingLanguageError(ValueError):
     """A file does not hold a requested language; `available` lists the ones it holds."""
 

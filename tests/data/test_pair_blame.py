@@ -9,6 +9,8 @@ text lacks is one problem naming the vocabulary and the fixes, not WMT16's pairs
 import pytest
 
 from dpnmt.config import RunConfig
+from dpnmt.data.corpora import files
+from dpnmt.data.languages import parse_pair
 from dpnmt.training import preflight
 from tests.small_configs import load_config
 
@@ -62,3 +64,14 @@ def test_a_pair_the_public_text_lacks_names_the_vocabulary_and_its_fixes(tmp_pat
 
 def test_the_right_pair_has_no_problem(tmp_path):
     assert _problems(tmp_path, ("de", "en"), "text", "en-de") == []
+
+
+def test_a_headerless_tsv_is_never_quoted_in_the_pair_problem(tmp_path):
+    """Its first line is a private pair, not a header: the problem names no text of it."""
+    folder = tmp_path / "clinic"
+    folder.mkdir()
+    pair_text = "Patient Maria Schmidt hat Diabetes .\tPatient Maria Schmidt has diabetes ."
+    (folder / "train.tsv").write_text(pair_text + "\nein Hund\ta dog\n", encoding="utf-8")
+    assert files.folder_languages(str(folder)) == []
+    problem = files.pair_problem(str(folder), parse_pair("de-en")) or ""
+    assert "Schmidt" not in problem and "Diabetes" not in problem

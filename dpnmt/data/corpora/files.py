@@ -31,7 +31,7 @@ from dpnmt.data.corpora.common import (
     read_local_split,
 )
 from dpnmt.data.languages import LanguagePair, parse_pair
-from dpnmt.data.text_files import read_parallel_text
+from dpnmt.data.text_files import is_language_code, read_parallel_text
 from dpnmt.errors import ConfigError, MissingInputError
 
 
@@ -146,13 +146,18 @@ def folder_languages(folder: str) -> list[str]:
     try:
         if os.path.isfile(tsv):
             with open(tsv, encoding="utf-8") as f:
-                return [c.strip() for c in f.readline().split("\t") if c.strip() != "group"]
-        if os.path.isfile(jsonl):
+                names = [c.strip() for c in f.readline().split("\t") if c.strip() != "group"]
+        elif os.path.isfile(jsonl):
             with open(jsonl, encoding="utf-8") as f:
                 first = json.loads(f.readline() or "{}")
-            return sorted(first) if isinstance(first, dict) else []
+            names = sorted(first) if isinstance(first, dict) else []
+        else:
+            names = None
     except (OSError, UnicodeDecodeError, ValueError):
         return []  # Named, with its line, when the corpus is read.
+    if names is not None:
+        # Only language codes: a first line that is no header is a private pair, never quoted.
+        return names if all(is_language_code(name) for name in names) else []
     return [
         lang for lang in languages_in_folder(folder) if os.path.isfile(f"{folder}/train.{lang}")
     ]
