@@ -121,10 +121,22 @@ def _stages(settings: dict[str, Any] | None) -> tuple[ledger.Stage, ...]:
 
 
 def _lineage_overlap(stages, run: RunConfig, name: str, same) -> list[str]:
-    """The first stage of the lineage whose recorded corpora are this run's (`same`'s check)."""
+    """The first stage of the lineage whose recorded corpora are this run's (`same`'s check).
+
+    A private stage that records no corpora (an earlier stage of an export from
+    before the ledger, rebuilt from the record it embeds) cannot be checked:
+    refused, never passed as disjoint.
+    """
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
     for index, stage in enumerate(stages):
+        if stage.private and not stage.corpora:
+            return [
+                f"{_declared_where(name)} and from every stage of its lineage, but stage "
+                f"{index} of {len(stages)} trained with DP and its corpora are not recorded "
+                "(an export from before dpnmt recorded them), so disjointness cannot be "
+                f"checked: drop {DISJOINT_FIELD} (its ε is then composed with this run's)."
+            ]
         names = [c.get("corpus") for c in stage.corpora]
         where = (
             f"{_declared_where(name)} and from every stage of its lineage (its dpnmt.json's "
@@ -266,9 +278,9 @@ def _declared_where(name: str) -> str:
 def declared_text_problems(run: RunConfig, corpus) -> list[str]:
     """A disjoint declaration refused from the corpus text (`corpus_record.same_text_problems`).
 
-    Only a private run declaring its starting dpnmt export disjoint, whose
-    dpnmt.json records its training corpora (older exports and other models:
-    the declaration stays the user's word). `training.preflight.check_run`
+    Only a private run declaring its starting dpnmt export disjoint (a private
+    stage recording no corpora: refused, `_lineage_overlap`; other models: the
+    declaration stays the user's word). `training.preflight.check_run`
     asks it before anything is written.
 
     Args:

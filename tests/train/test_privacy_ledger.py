@@ -224,3 +224,35 @@ def test_the_ledger_travels_with_every_export_and_is_recomputed(model_folder, tm
     assert published["total_epsilon"] == max(c["epsilon"] for c in classes if c["counted"])
     assert PrivacyReport.from_json(published) == report
     assert not math.isinf(report.total_epsilon)
+
+
+def _as_before_the_ledger(folder):
+    """Rewrites an export's dpnmt.json as dpnmt wrote it before the ledger (issue 59)."""
+    path = folder / "dpnmt.json"
+    settings = json.loads(path.read_text())
+    settings.pop("ledger")
+    settings["privacy"].pop("ledger", None)
+    if isinstance(settings["privacy"].get("pretrained"), dict):
+        settings["privacy"]["pretrained"].pop("ledger", None)
+    path.write_text(json.dumps(settings))
+
+
+def test_a_pre_ledger_lineage_with_unrecorded_corpora_cannot_be_declared_disjoint(
+    model_folder, tmp_path
+):
+    """A (DP) -> B (DP, declared) -> A declared disjoint, both exports from before the
+    ledger: stage 0 is rebuilt from export1's embedded record, which names no corpora, so
+    the check passed vacuously and the run reported max(ε0, ε1, ε2). Refused in one line;
+    not declared, A's people get stages 0 and 2 composed."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0")
+    _as_before_the_ledger(tmp_path / "export0")
+    chain.stage("B", "s1", declared=True)
+    _as_before_the_ledger(tmp_path / "export1")
+    with pytest.raises(ConfigError, match="corpora are not recorded") as error:
+        chain.run("A", "s2", declared=True)
+    assert "\n" not in str(error.value) and "drop model.pretrained_data_disjoint" in str(
+        error.value
+    )
+    _, _, report = chain.run("A", "s2")
+    assert report.total_epsilon >= _optimistic("s0", "s2")
