@@ -22,7 +22,7 @@ from typing import Any
 
 from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
-from dpnmt.training import ledger, ledger_report
+from dpnmt.training import ledger, ledger_check, ledger_report
 from dpnmt.training.privacy_report import PretrainedClaim
 from dpnmt.training.run_dir import PRETRAINED_FILE, RunDir
 
@@ -114,10 +114,10 @@ def _adjacency(record: dict[str, Any] | None) -> str | None:
 
 
 def _stages(settings: dict[str, Any] | None) -> tuple[ledger.Stage, ...]:
-    """The export's ledger (`ledger.of_export`); `LedgerError` when it claims too little."""
+    """The export's checked ledger (`ledger_check.of_export`); `LedgerError` else."""
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
-    return ledger.of_export(settings, corpus_record.KEY)
+    return ledger_check.of_export(settings, corpus_record.KEY)
 
 
 def _lineage_overlap(stages, run: RunConfig, name: str, same) -> list[str]:

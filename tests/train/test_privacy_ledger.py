@@ -256,3 +256,65 @@ def test_a_pre_ledger_lineage_with_unrecorded_corpora_cannot_be_declared_disjoin
     )
     _, _, report = chain.run("A", "s2")
     assert report.total_epsilon >= _optimistic("s0", "s2")
+
+
+def _drop_stage_0(settings):
+    settings["ledger"].pop(0)
+
+
+def _rename_stage_0(settings):
+    settings["ledger"][0]["corpora"][0]["corpus"] = "files:another_corpus"
+
+
+def _stage_0_spent_nothing(settings):
+    settings["ledger"][0]["events"] = [{"kind": "epsilon_delta", "epsilon": 0.0, "delta": 0.0}]
+
+
+def _stage_1_declared(settings):
+    settings["ledger"][1]["declared_disjoint"] = True
+
+
+def _drop_stage_0_from_both_copies(settings):
+    settings["ledger"].pop(0)
+    settings["privacy"]["ledger"]["stages"].pop(0)
+
+
+@pytest.mark.parametrize(
+    ("declared_1", "forge"),
+    [
+        (True, _drop_stage_0),
+        (True, _rename_stage_0),
+        (True, _stage_0_spent_nothing),
+        (False, _stage_1_declared),
+        (True, _drop_stage_0_from_both_copies),
+    ],
+)
+def test_a_ledger_forged_against_its_own_record_is_refused(
+    model_folder, tmp_path, declared_1, forge
+):
+    """export1's dpnmt.json "ledger" was trusted as written: a stage dropped or renamed,
+    its events replaced by ε 0, or a stage marked declared lowered the next run's ε (and
+    `dpnmt.report --runs` agreed). The ledger is now rebuilt from the export's own privacy
+    record and refused when it differs, or when its worst class is below the record's total."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0")
+    chain.stage("B", "s1", declared=declared_1)
+    _, honest, _ = chain.run("A", "s2")
+    path = tmp_path / "export1" / "dpnmt.json"
+    settings = json.loads(path.read_text())
+    forge(settings)
+    path.write_text(json.dumps(settings))
+    for declared in (False, True):
+        with pytest.raises(ConfigError, match="contradicts its privacy record") as error:
+            chain.run("A", "s2", declared=declared)
+        assert "\n" not in str(error.value)
+    # The report of a run that trusted such a ledger: `dpnmt.report --runs` refuses it.
+    from dpnmt.sweeps import epsilon_check  # noqa: PLC0415
+    from dpnmt.training import ledger  # noqa: PLC0415
+
+    forged = ledger.parse_stages(settings["ledger"], "the forged ledger")
+    claim = dataclasses.replace(honest, ledger=forged)
+    plan = _plan("s2")
+    report = privacy_report(plan, plan.num_steps, PUBLIC_VOCABULARY, pretrained=claim)
+    check = epsilon_check.check_run(json.loads(json.dumps(report.to_json())))
+    assert not check.agrees and "contradicts its privacy record" in check.note
