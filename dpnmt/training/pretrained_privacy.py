@@ -211,7 +211,7 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     except ledger.LedgerError as error:
         problem = f"model.name_or_path={name!r}: {error}"
         return claim(True, math.inf, None, _UNBOUNDED), problem if run.dp.enabled else None
-    if declared and run.dp.enabled:
+    if declared:  # Private or not: the ledger records the declaration for every later run.
         from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
         def same(recorded, where):
@@ -278,9 +278,10 @@ def _declared_where(name: str) -> str:
 def declared_text_problems(run: RunConfig, corpus) -> list[str]:
     """A disjoint declaration refused from the corpus text (`corpus_record.same_text_problems`).
 
-    Only a private run declaring its starting dpnmt export disjoint (a private
-    stage recording no corpora: refused, `_lineage_overlap`; other models: the
-    declaration stays the user's word). `training.preflight.check_run`
+    Any run declaring its starting dpnmt export disjoint, private or not (the
+    export's ledger records the declaration, and a later run's ε relies on it;
+    a private stage recording no corpora: refused, `_lineage_overlap`; other
+    models: the declaration stays the user's word). `training.preflight.check_run`
     asks it before anything is written.
 
     Args:
@@ -288,9 +289,7 @@ def declared_text_problems(run: RunConfig, corpus) -> list[str]:
       corpus: its corpus as trained on (`training.pieces.load_corpus`).
     """
     name = run.model.name_or_path
-    if name is None or not run.dp.enabled:
-        return []
-    if not run.model.pretrained_data_disjoint:
+    if name is None or not run.model.pretrained_data_disjoint:
         return []
     try:
         is_export, settings = read_export_settings(name)

@@ -405,6 +405,13 @@ def test_an_export_trained_on_a_copy_of_this_run_s_corpus_found_here_is_refused(
         RunConfig.of(config), pieces.load_corpus(RunConfig.of(config).data)
     )
     assert "['files:copy']: the text of this run's private corpus" in problem
+    # A non-private run's declaration goes into the ledger as well: checked the same.
+    public = _config(tmp_path, folder, variant="nonprivate")
+    public.data.corpus, public.model.pretrained_data_disjoint = "files:corpus", True
+    (problem,) = pretrained_privacy.declared_text_problems(
+        RunConfig.of(public), pieces.load_corpus(RunConfig.of(public).data)
+    )
+    assert "['files:copy']: the text of this run's private corpus" in problem
 
 
 def test_an_export_trained_on_another_corpus_may_be_declared_disjoint(model_folder, tmp_path):

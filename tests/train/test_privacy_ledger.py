@@ -318,3 +318,16 @@ def test_a_ledger_forged_against_its_own_record_is_refused(
     report = privacy_report(plan, plan.num_steps, PUBLIC_VOCABULARY, pretrained=claim)
     check = epsilon_check.check_run(json.loads(json.dumps(report.to_json())))
     assert not check.agrees and "contradicts its privacy record" in check.note
+
+
+def test_a_non_private_stage_declared_disjoint_is_checked_too(model_folder, tmp_path):
+    """A (DP) -> A again without DP, declared disjoint -> D: the declaration was checked only
+    in private runs, yet the ledger recorded it, so the run on D reported max(ε0, ε2) while
+    A's people had been trained on without DP. The non-private run is refused as a DP one."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0")
+    with pytest.raises(ConfigError, match="stage 0"):
+        chain.run("A", "s1", declared=True, private=False)
+    chain.stage("A", "s1", private=False)  # Not declared: A's people have no guarantee.
+    with pytest.raises(ConfigError, match="∞"):
+        chain.run("D", "s2", declared=True)
