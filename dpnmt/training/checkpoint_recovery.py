@@ -25,6 +25,7 @@ import jax
 
 from dpnmt.config import PrivacyConfig
 from dpnmt.errors import InputError
+from dpnmt.public_names import as_given
 from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
 
 UNREADABLE_DIR = "unreadable_checkpoints"  # Under private/: the steps that could not be read.
@@ -44,9 +45,18 @@ class CheckpointUnreadable(InputError, OSError):
         if isinstance(cause, BaseException):
             first = (str(cause).strip().splitlines() or [""])[0][:200]
             cause = f"{type(cause).__name__}: {first}"
-        self.workdir, self.step, self.cause = workdir, step, cause
+        self.workdir, self.step, self.cause, self.why = workdir, step, cause, why
         path = os.path.join(workdir, CHECKPOINT_DIR, str(step))
         super().__init__(f"{path} is unreadable ({cause}){why}")
+
+    def as_given(self, workdir: str) -> "CheckpointUnreadable":
+        """This error naming `workdir` as the user gave it (`RunDir.path`), in its cause too.
+
+        Orbax holds `checkpoints/` by its absolute path; a relative workdir stays
+        relative in a private run's log (`public_names.as_given`).
+        """
+        cause, why = as_given(self.cause, workdir), as_given(self.why, workdir)
+        return CheckpointUnreadable(workdir, self.step, cause, why)
 
 
 def replays_exactly(dp: PrivacyConfig) -> bool:
@@ -70,7 +80,7 @@ def read_newest(manager, run_dir: RunDir, read: Callable[[], Result], dp: Privac
         try:
             return read()
         except CheckpointUnreadable as error:
-            _fall_back(manager, run_dir, error, dp)
+            _fall_back(manager, run_dir, error.as_given(run_dir.path), dp)
 
 
 def _fall_back(manager, run_dir: RunDir, error: CheckpointUnreadable, dp: PrivacyConfig) -> None:

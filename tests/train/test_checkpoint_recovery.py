@@ -69,3 +69,31 @@ def test_going_back_is_refused_in_one_line_where_it_would_not_be_exact(tmp_path,
     why = "would release lots 5 to 8 again with other noise" if secure else "no earlier checkpoint"
     assert why in message and message.endswith("or start a new --workdir.")
     assert manager.all_steps() == list(steps)  # Nothing moved.
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_a_relative_workdir_is_named_as_given_never_by_its_absolute_path(
+    tmp_path, monkeypatch, caplog, secure
+):
+    """Orbax reads `checkpoints/` by its absolute path, so the unreadable step and its
+    cause named the user's folders in a private run's log. Now as given: `run/...`."""
+    monkeypatch.chdir(tmp_path)
+    workdir = _workdir(tmp_path / "run", (4, 8))
+    manager = _Manager(workdir)
+
+    def read():  # As `checkpointing._read` reports it: orbax's directory and error.
+        if max(manager.all_steps()) == 8:
+            cause = ValueError(f"truncated chunk {workdir}/checkpoints/8/state/d/0")
+            raise CheckpointUnreadable(str(workdir), 8, cause)
+        return 4
+
+    dp = dataclasses.replace(RunConfig().dp, secure_rng=secure)
+    if secure:
+        with pytest.raises(CheckpointUnreadable) as refused:
+            checkpoint_recovery.read_newest(manager, RunDir("run"), read, dp)
+        line = str(refused.value)
+    else:
+        assert checkpoint_recovery.read_newest(manager, RunDir("run"), read, dp) == 4
+        (line,) = [r.getMessage() for r in caplog.records if "is unreadable" in r.getMessage()]
+    assert line.startswith(os.path.join("run", "checkpoints", "8") + " is unreadable (")
+    assert "chunk run/checkpoints/8/state/d/0" in line and str(tmp_path) not in line
