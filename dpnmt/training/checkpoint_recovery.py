@@ -9,9 +9,14 @@ the step alone (`lot_runner.LotRunner.derive_keys`, the sampler state saved
 with each checkpoint); with `dp.secure_rng` a private run draws fresh lots
 and keys every session, so the redone lots would be a second, unaccounted
 release of data whose first release (the unreadable checkpoint, and any
-validation published from it) may have been seen. Then, or when no earlier
-checkpoint is kept, or in a multi-process run, the start is refused with the
-fix. The unreadable step is moved to `private/unreadable_checkpoints/` (never
+validation published from it) may have been seen. Even with the same lots
+and noise the redone parameters equal the lost ones only where the
+computation repeats bit for bit (on CPU; a GPU's scatter-adds need not),
+and a validation published from them would otherwise be released twice:
+a private run goes back only in a CPU session and when no validation past
+the earlier checkpoint is published (metrics.jsonl, tensorboard/). Else, or
+when no earlier checkpoint is kept, or in a multi-process run, the start is
+refused with the fix. The unreadable step is moved to `private/unreadable_checkpoints/` (never
 published), so that the run continues from the previous one.
 """
 
@@ -26,6 +31,7 @@ import jax
 from dpnmt.config import PrivacyConfig
 from dpnmt.errors import InputError
 from dpnmt.public_names import as_given
+from dpnmt.training.metrics import validation_published_after
 from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
 
 UNREADABLE_DIR = "unreadable_checkpoints"  # Under private/: the steps that could not be read.
@@ -93,6 +99,18 @@ def _fall_back(manager, run_dir: RunDir, error: CheckpointUnreadable, dp: Privac
             f"dp.secure_rng draws fresh lots and noise each session: going back to step "
             f"{max(earlier)} would release lots {max(earlier) + 1} to {error.step} again with "
             "other noise, unaccounted"
+        )
+    elif dp.enabled and jax.default_backend() != "cpu":
+        why = (
+            f"on {jax.default_backend()} the redone lots {max(earlier) + 1} to {error.step} "
+            "need not repeat bit for bit (XLA's scatter-adds), and the difference of two "
+            "results would be a noise-free function of the data; only a CPU session goes back"
+        )
+    elif dp.enabled and (published := validation_published_after(run_dir.path, max(earlier))):
+        why = (
+            f"a validation of step {published} was published (metrics.jsonl or tensorboard/) "
+            f"after the lots since step {max(earlier)}: redone, they would release it again, "
+            "unaccounted if any bit differed"
         )
     elif jax.process_count() > 1:
         why = "a multi-process run does not go back (resume it once on one process)"

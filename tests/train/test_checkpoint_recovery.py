@@ -97,3 +97,55 @@ def test_a_relative_workdir_is_named_as_given_never_by_its_absolute_path(
         (line,) = [r.getMessage() for r in caplog.records if "is unreadable" in r.getMessage()]
     assert line.startswith(os.path.join("run", "checkpoints", "8") + " is unreadable (")
     assert "chunk run/checkpoints/8/state/d/0" in line and str(tmp_path) not in line
+
+
+def _published(workdir, step, tag, *, tensorboard=False):
+    """A row (or TensorBoard event) at `step` as `metrics.MetricsWriter` publishes it."""
+    from dpnmt.training.metrics import MetricsWriter  # noqa: PLC0415 - tensorboardX.
+
+    writer = MetricsWriter(str(workdir))
+    writer.write(step, {tag: 1.5})
+    writer.close()
+    if tensorboard:  # Only the event stays (metrics.jsonl cut on resume, say).
+        os.remove(workdir / "metrics.jsonl")
+
+
+@pytest.mark.parametrize(
+    "step, tag, tensorboard",
+    [(6, "validation/bleu", False), (8, "validation/loss", True)],
+)
+def test_a_private_run_does_not_go_back_over_a_published_validation(
+    tmp_path, step, tag, tensorboard
+):
+    """The fallback redoes lots 5-8, whose validation may already be published: exact only
+    if every bit repeats. A private run refuses it; progress rows (ε spent) do not count."""
+    workdir = _workdir(tmp_path, (4, 8))
+    manager = _Manager(workdir)
+    _published(workdir, 7, "privacy/epsilon_spent")
+    _published(workdir, 4, "validation/bleu")
+    _published(workdir, step, tag, tensorboard=tensorboard)
+    dp = RunConfig().dp
+    with pytest.raises(CheckpointUnreadable) as refused:
+        checkpoint_recovery.read_newest(
+            manager, RunDir(str(workdir)), _read_unless_damaged(tmp_path, manager), dp
+        )
+    assert f"a validation of step {step} was published" in str(refused.value)
+    assert manager.all_steps() == [4, 8]
+    public = dataclasses.replace(dp, enabled=False)  # A non-private run keeps the fallback.
+    read = _read_unless_damaged(tmp_path, manager)
+    assert checkpoint_recovery.read_newest(manager, RunDir(str(workdir)), read, public) == 4
+
+
+def test_a_private_run_goes_back_on_cpu_only(tmp_path, monkeypatch):
+    """On a GPU, XLA's scatter-adds need not repeat bit for bit: the redone θ8' minus the
+    lost θ8 would be a noise-free function of the data. A private run refuses there."""
+    monkeypatch.setattr(checkpoint_recovery.jax, "default_backend", lambda: "gpu")
+    workdir = _workdir(tmp_path, (4, 8))
+    manager = _Manager(workdir)
+    with pytest.raises(CheckpointUnreadable, match="on gpu the redone lots"):
+        checkpoint_recovery.read_newest(
+            manager, RunDir(str(workdir)), _read_unless_damaged(tmp_path, manager), RunConfig().dp
+        )
+    public = dataclasses.replace(RunConfig().dp, enabled=False)
+    read = _read_unless_damaged(tmp_path, manager)
+    assert checkpoint_recovery.read_newest(manager, RunDir(str(workdir)), read, public) == 4
