@@ -32,9 +32,18 @@ from dpnmt.config import PrivacyConfig
 from dpnmt.errors import InputError
 from dpnmt.public_names import as_given
 from dpnmt.training.metrics import validation_published_after
-from dpnmt.training.run_dir import CHECKPOINT_DIR, PRIVATE_DIR, RunDir
+from dpnmt.training.run_dir import (
+    CHECKPOINT_DIR,
+    PRIVATE_DIR,
+    SAMPLER_PREFIX,
+    SESSIONS_FILE,
+    RunDir,
+)
 
 UNREADABLE_DIR = "unreadable_checkpoints"  # Under private/: the steps that could not be read.
+NEW_WORKDIR_CAVEAT = (
+    "a new --workdir would be a second run on the same data, its ε not composed with this one's"
+)
 Result = TypeVar("Result")
 
 
@@ -63,6 +72,34 @@ class CheckpointUnreadable(InputError, OSError):
         """
         cause, why = as_given(self.cause, workdir), as_given(self.why, workdir)
         return CheckpointUnreadable(workdir, self.step, cause, why)
+
+
+def check_fresh_start(run_dir: RunDir, dp: PrivacyConfig) -> None:
+    """Refuses a private `dp.secure_rng` start without a checkpoint where one trained before.
+
+    Deleted (or lost) checkpoints would restart the run from lot 1 with fresh
+    lots and noise: a second release of the data, unaccounted, beside what the
+    first one published. Its traces in `private/`: the session counter
+    (`RunDir.count_session`) or a checkpoint's sampler state.
+
+    Raises:
+      InputError: the workdir already trained (one line, with the fix).
+    """
+    if not (dp.enabled and dp.secure_rng):
+        return
+    folder = os.path.join(run_dir.path, PRIVATE_DIR)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    trained = any(name.startswith(SAMPLER_PREFIX) for name in names)
+    if SESSIONS_FILE in names:
+        with open(os.path.join(folder, SESSIONS_FILE), encoding="utf-8") as f:
+            trained = trained or f.read().strip() not in ("", "0")  # Unreadable: trained.
+    if trained:
+        raise InputError(
+            f"--workdir={run_dir.path} has no checkpoint, but its {PRIVATE_DIR}/ shows that this "
+            "workdir already trained; restore its checkpoints or start a new --workdir "
+            f"({NEW_WORKDIR_CAVEAT}). With dp.secure_rng a start from lot 1 would draw fresh "
+            "lots and noise: a second release of the same data."
+        )
 
 
 def replays_exactly(dp: PrivacyConfig) -> bool:
