@@ -128,7 +128,7 @@ def read_newest(manager, run_dir: RunDir, read: Callable[[], Result], dp: Privac
 
 def _fall_back(manager, run_dir: RunDir, error: CheckpointUnreadable, dp: PrivacyConfig) -> None:
     earlier = [step for step in manager.all_steps() if step < error.step]
-    fix = "restore it from a copy of the workdir, or start a new --workdir"
+    fix = f"restore it from a copy of the workdir, or start a new --workdir ({NEW_WORKDIR_CAVEAT})"
     if not earlier:
         why = "no earlier checkpoint is kept"
     elif not replays_exactly(dp):

@@ -211,7 +211,12 @@ def build_run(
         )
         manager = checkpointing.make_manager(workdir)
         distributed.on_primary(  # A session killed between a commit and its scrub.
-            lambda: checkpointing.scrub_kept(manager, timeless=run.dp.enabled),
+            lambda: checkpoint_recovery.read_newest(
+                manager,
+                run_dir,
+                lambda: checkpointing.scrub_kept(manager, timeless=run.dp.enabled),
+                run.dp,
+            ),
             "scrubbing the kept checkpoints",
         )
         resuming = manager.latest_step() is not None

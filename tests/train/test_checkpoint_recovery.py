@@ -67,7 +67,10 @@ def test_going_back_is_refused_in_one_line_where_it_would_not_be_exact(tmp_path,
         and "checkpoints/8 is unreadable (ValueError: truncated chunk)" in message
     )
     why = "would release lots 5 to 8 again with other noise" if secure else "no earlier checkpoint"
-    assert why in message and message.endswith("or start a new --workdir.")
+    assert why in message and "or start a new --workdir (a new --workdir would be a second" in (
+        message
+    )
+    assert message.endswith("its ε not composed with this one's).")
     assert manager.all_steps() == list(steps)  # Nothing moved.
 
 
@@ -149,3 +152,25 @@ def test_a_private_run_goes_back_on_cpu_only(tmp_path, monkeypatch):
     public = dataclasses.replace(RunConfig().dp, enabled=False)
     read = _read_unless_damaged(tmp_path, manager)
     assert checkpoint_recovery.read_newest(manager, RunDir(str(workdir)), read, public) == 4
+
+
+def test_a_garbled_step_metadata_is_unreadable_not_a_traceback(tmp_path):
+    """`scrub_kept` (each start, before anything) died with a JSONDecodeError on a garbled
+    `_CHECKPOINT_METADATA` before the fallback could run; orbax itself reads past it, so
+    its times would stay. Now that step is unreadable: set aside where going back is exact."""
+    import numpy as np  # noqa: PLC0415
+
+    from dpnmt.training import checkpointing  # noqa: PLC0415 - orbax.
+
+    manager = checkpointing.make_manager(str(tmp_path))
+    for step in (4, 8):
+        checkpointing.save(manager, step, {"a": np.ones(3)}, {"plan": {}}, timeless=True)
+    (tmp_path / "checkpoints" / "8" / "_CHECKPOINT_METADATA").write_text('{"init_timestamp_n')
+    manager = checkpointing.make_manager(str(tmp_path))
+
+    def scrub():
+        return checkpointing.scrub_kept(manager, timeless=True)
+
+    checkpoint_recovery.read_newest(manager, RunDir(str(tmp_path)), scrub, RunConfig().dp)
+    assert manager.all_steps() == [4]
+    assert (tmp_path / "private" / checkpoint_recovery.UNREADABLE_DIR / "8").is_dir()
