@@ -41,6 +41,7 @@ from dpnmt.errors import InputError
 
 KEY = "ledger"  # Its key in dpnmt.json and in a report ("privacy"."ledger").
 DP_SGD, OTHER, NO_GUARANTEE = "dp_sgd", "epsilon_delta", "no_guarantee"
+RECORD_TOTAL = "record total"  # The `what` of an OTHER event: a record's total alone.
 _ACCOUNTANTS = {"PLD accountant": "pld", "RDP accountant": "rdp"}
 # A written ε may sit this far below its recomputation (JSON rounding, PLD grids), no further.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-6, 1e-9
@@ -301,7 +302,7 @@ def stage_of_record(
         return Stage(corpora, record.get("private") is True, declared, (_unguarded(why),))
     sgd = dp_sgd_of_record(record)
     if sgd is None:  # Only its total is known: one event of that (ε, δ).
-        return Stage(corpora, True, declared, (Event(OTHER, epsilon, delta, "record total"),))
+        return Stage(corpora, True, declared, (Event(OTHER, epsilon, delta, RECORD_TOTAL),))
     sgd = _checked(sgd, where)
     if vocabulary is None:
         parent = record.get("pretrained") or {}

@@ -58,7 +58,7 @@ class Chain:
         self.last = str(model_folder)  # Stage 0 starts from a model that is not an export.
         self.count = 0
 
-    def run(self, corpus: str, stage: str, *, declared=False, private=True):
+    def run(self, corpus: str, stage: str, *, declared=False, private=True, sampling="poisson"):
         """(the run's config, its claim, its report); raises ConfigError when refused."""
         config = files_config(self.tmp / "unused", "eps8" if private else "nonprivate")
         config.data.corpus = self.corpora[corpus]
@@ -66,7 +66,7 @@ class Chain:
         config.model.pretrained_data_disjoint = declared
         run = RunConfig.of(config)
         claim = pretrained_privacy.pretrained_claim(run)
-        plan = _plan(stage, private)
+        plan = dataclasses.replace(_plan(stage, private), sampling=sampling)
         report = privacy_report(plan, plan.num_steps, PUBLIC_VOCABULARY, pretrained=claim)
         return run, claim, report
 
@@ -331,3 +331,16 @@ def test_a_non_private_stage_declared_disjoint_is_checked_too(model_folder, tmp_
     chain.stage("A", "s1", private=False)  # Not declared: A's people have no guarantee.
     with pytest.raises(ConfigError, match="∞"):
         chain.run("D", "s2", declared=True)
+
+
+def test_the_adjacency_note_follows_the_worst_class_not_the_direct_parent(model_folder, tmp_path):
+    """A (shuffled lots) -> B (Poisson, declared) -> A (Poisson): A's people, the worst
+    class, compose a replace-with-null ε and an add/remove one, but the note compared this
+    run's relation with export1's alone (both Poisson) and said nothing."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0", sampling="shuffle")
+    chain.stage("B", "s1", declared=True)
+    _, _, report = chain.run("A", "s2")
+    assert report.ledger.classes[0].epsilon == report.total_epsilon  # A's people: the worst.
+    assert "the two ε are for different neighbouring datasets" in report.composition
+    assert "replace one training example by a null example" in report.composition
