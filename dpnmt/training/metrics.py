@@ -158,16 +158,26 @@ def keep_rows_through(path: str, step: int) -> None:
     """Rewrites metrics.jsonl (atomically) without its rows after `step` or cut short by a kill."""
     if not os.path.exists(path):
         return
-    kept = []
+    kept = [
+        line if line.endswith("\n") else line + "\n"
+        for line, row in _rows(path)
+        if row.get("step", 0) <= step
+    ]
+    atomic_file.write_atomic(path, "".join(kept))
+
+
+def _rows(path: str):
+    """(line, row) of each line of metrics.jsonl that is a JSON object (none if no file)."""
+    if not os.path.exists(path):
+        return
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(row, dict) and row.get("step", 0) <= step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-    atomic_file.write_atomic(path, "".join(kept))
+            if isinstance(row, dict):
+                yield line, row
 
 
 VALIDATION_PREFIX = "validation/"  # The scalars `actions.Validate` publishes.
@@ -196,17 +206,11 @@ def validation_published_after(workdir: str, step: int) -> int | None:
     file) with a `validation/` scalar. Progress rows (ε spent, rates) are not
     scores of the model and do not count.
     """
-    found = []
-    path = os.path.join(workdir, METRICS_FILE)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(row, dict) and any(k.startswith(VALIDATION_PREFIX) for k in row):
-                    found.append(row.get("step", 0))
+    found = [
+        row.get("step", 0)
+        for _, row in _rows(os.path.join(workdir, METRICS_FILE))
+        if any(k.startswith(VALIDATION_PREFIX) for k in row)
+    ]
     folder = os.path.join(workdir, TENSORBOARD_DIR)
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         for event_step, tags in _event_steps(os.path.join(folder, name)):
