@@ -16,8 +16,11 @@ and a validation published from them would otherwise be released twice:
 a private run goes back only in a CPU session and when no validation past
 the earlier checkpoint is published (metrics.jsonl, tensorboard/). Else, or
 when no earlier checkpoint is kept, or in a multi-process run, the start is
-refused with the fix. The unreadable step is moved to `private/unreadable_checkpoints/` (never
-published), so that the run continues from the previous one.
+refused with the fix. The unreadable step is moved to
+`private/unreadable_checkpoints/` (never published), so that the run
+continues from the previous one. A private `dp.secure_rng` run whose
+checkpoints are gone but whose `private/` shows it trained is refused
+(`check_fresh_start`).
 """
 
 import logging

@@ -89,7 +89,7 @@ def released_at_exit(workdir: str) -> Iterator[None]:
 def this_command() -> str:
     """The running command for the holder line: `python -m dpnmt.train`, or the script's name.
 
-    Never a path (`sys.argv[0]` may be absolute): the file is the run's, if private.
+    Never a path: `sys.argv[0]` may be absolute, and the lock file is kept in the workdir.
     """
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
