@@ -19,6 +19,7 @@ from absl import logging as absl_logging
 
 from dpnmt.config import RunConfig, check_override_flags
 from dpnmt.errors import InputError
+from dpnmt.public_names import as_given
 
 USAGE_EXIT_CODE = 2
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -156,19 +157,34 @@ _DISK_FIXES = {
 _DISK_TEXTS = {"No space left on device": _FULL, "Disk quota exceeded": _FULL}
 
 
-def disk_problem(error: BaseException) -> str | None:
-    """One line for a full disk or an unwritable path anywhere in `error`'s chain, else None."""
-    seen = error
-    while seen is not None:
+def disk_problem(error: BaseException, workdir: str | None = None) -> str | None:
+    """One line for a full disk or an unwritable path anywhere in `error`'s chain, else None.
+
+    Args:
+      error: what the app raised.
+      workdir: the app's --workdir as given: a relative one stays relative in
+        the line (orbax writes `checkpoints/` by its absolute path).
+    """
+    seen, line = error, None
+    while seen is not None and line is None:
         if isinstance(seen, OSError) and seen.errno in _DISK_FIXES:
             where = seen.filename if seen.filename is not None else "a file"
-            return f"{where}: {seen.strerror}; {_DISK_FIXES[seen.errno]}."
+            line = f"{where}: {seen.strerror}; {_DISK_FIXES[seen.errno]}."
         seen = seen.__cause__ or seen.__context__
     for text, fix in _DISK_TEXTS.items():
-        if text in str(error):
+        if line is None and text in str(error):
             first = str(error).strip().splitlines()[0][:300]
-            return f"{text} ({type(error).__name__}: {first}); {fix}."
-    return None
+            line = f"{text} ({type(error).__name__}: {first}); {fix}."
+    return line if line is None or workdir is None else as_given(line, workdir)
+
+
+def _given_workdir() -> str | None:
+    """The app's --workdir flag as given, when the app has one and it is set."""
+    try:
+        value = flags.FLAGS["workdir"].value
+    except (KeyError, flags.Error):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
@@ -186,9 +202,10 @@ def guard(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
         try:
             return main(argv)
         except InputError as error:
-            fail(str(error))
+            workdir = _given_workdir()
+            fail(str(error) if workdir is None else as_given(str(error), workdir))
         except Exception as error:
-            problem = disk_problem(error)
+            problem = disk_problem(error, _given_workdir())
             if problem is None:
                 raise
             fail(problem)

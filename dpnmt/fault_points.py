@@ -15,7 +15,6 @@ ENV_VAR = "DPNMT_TESTING_ONLY_KILL_AT"
 # The points, each named where it is reached.
 EXPORT_WEIGHTS_WRITTEN = "export_weights_written"  # Weights and tokenizer, not yet dpnmt.json.
 CHECKPOINT_COMMITTED = "checkpoint_committed"  # Orbax committed a step, not yet scrubbed.
-SEED_WRITTEN = "seed_written"  # private/noise_seed created, nothing else of the run yet.
 
 
 def reached(point: str, step: int | None = None) -> None:

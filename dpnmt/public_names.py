@@ -52,3 +52,18 @@ def public_corpus(spec: str) -> str:
         ]
     prefix = {True: mixture.DETOK_PREFIX, False: ""}
     return ",".join(prefix[detok] + _public_entry(name) for detok, name in entries)
+
+
+def as_given(text: str, path: str) -> str:
+    """`text` with `path`'s absolute (and resolved) form written as `path` was given.
+
+    A library (orbax, the OS error of a write under it) names a relative
+    workdir by its absolute path; a private run's log names it as the user did.
+    An absolute `path` leaves `text` unchanged.
+    """
+    if os.path.isabs(path):
+        return text
+    given = os.path.normpath(path)
+    for full in sorted({os.path.realpath(path), os.path.abspath(path)}, key=len, reverse=True):
+        text = text.replace(full, given)
+    return text

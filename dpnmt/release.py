@@ -33,7 +33,7 @@ from dpnmt.data.preprocess import family_source_prefix
 from dpnmt.errors import ConfigError, InputError, MissingInputError, ModelUnavailableError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.models import export_record
-from dpnmt.training import ledger, pieces, pretrained_privacy
+from dpnmt.training import ledger, ledger_check, pieces, pretrained_privacy
 from dpnmt.training.privacy_report import privacy_report
 from dpnmt.training.run_dir import CHECKPOINT_DIR, CONFIG_FILE, RunDir, write_json
 
@@ -245,11 +245,7 @@ def export_settings(run, privacy: dict[str, Any]) -> dict[str, Any]:
         LedgerError: the record's total is below its own DP-SGD ε recomputed.
     """
     corpora = corpus_record.training_corpora(run)
-    if privacy.get(ledger.KEY) is not None:  # A run from a dpnmt export: its stages as composed.
-        *earlier, own = ledger.parse_stages(privacy[ledger.KEY]["stages"], "the run's report")
-        stages = (*earlier, dataclasses.replace(own, corpora=tuple(corpora)))
-    else:
-        stages = ledger.lineage_of_record(privacy, corpora)
+    stages = ledger_check.stages_of_record(privacy, corpora)  # A later start checks it again.
     # The privacy record travels with the model: a run fine-tuning it composes it.
     # And its training corpora: a run declaring its data disjoint is refused if they are its own.
     return {

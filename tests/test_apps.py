@@ -1,5 +1,6 @@
 """The absl apps: importable without side effects, strict when run."""
 
+import errno
 import json
 import os
 import subprocess
@@ -106,6 +107,17 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.guard(wrapped)(["dpnmt.train"])
     assert capsys.readouterr().err.strip().count("No space left on device") == 2
+
+
+def test_a_full_disk_names_a_relative_workdir_as_given(tmp_path, monkeypatch):
+    """Orbax writes `checkpoints/` by its absolute path: the one line named the user's
+    folders in a private run's log. A relative --workdir is now named as given."""
+    monkeypatch.chdir(tmp_path)
+    full = OSError(errno.ENOSPC, "No space left on device", f"{tmp_path}/run/checkpoints/8/x")
+    line = cli.disk_problem(full, "run")
+    assert line.startswith("run/checkpoints/8/x: No space left on device;")
+    assert str(tmp_path) not in line
+    assert cli.disk_problem(full, str(tmp_path / "run")).startswith(str(tmp_path))  # As given.
 
 
 def test_an_unwritable_folder_is_one_line_and_other_errors_keep_their_traceback(capsys):

@@ -54,3 +54,17 @@ def test_no_manifest_is_no_problem_and_a_garbled_one_is_refused(folder):
     (folder / manifest.FILE).write_text("abc model.safetensors\n")
     with pytest.raises(ValueError, match="line 1"):
         manifest.problems(str(folder))
+
+
+def test_a_marked_export_without_its_manifest_is_refused(folder):
+    """`export_record.problem` passed a marked export whose SHA256SUMS was left out (a copy
+    of the files but that one): every marked export has one, like its dpnmt.json."""
+    from dpnmt.models import export_record  # noqa: PLC0415
+
+    (folder / "config.json").write_text('{"model_type": "t5"}\n')
+    assert export_record.problem(str(folder), "--model") is None  # Not marked: not an export.
+    export_record.mark(str(folder))
+    line = export_record.problem(str(folder), "--model")
+    assert line is not None and "without its SHA256SUMS" in line and "\n" not in line
+    manifest.write(str(folder))
+    assert export_record.problem(str(folder), "--model") is None

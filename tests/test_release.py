@@ -218,6 +218,7 @@ def test_decode_and_export_report_the_pretrained_claim_recorded_at_start(run, tm
             "total_delta": 1e-9,
         }
         settings_path.write_text(json.dumps(settings))
+        manifest.write(str(base))  # Exported so: its files are the ones listed.
 
     set_record(3.0)
     config = small_config("eps8")

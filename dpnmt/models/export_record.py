@@ -75,14 +75,23 @@ def missing_record_problem(name_or_path: str, flag: str) -> str | None:
 def problem(name_or_path: str, flag: str) -> str | None:
     """One line refusing `name_or_path` as a start or a translator, or None.
 
-    A dpnmt export without its record (`missing_record_problem`), or a local
-    folder whose files differ from its `SHA256SUMS` (`dpnmt.manifest`).
+    A dpnmt export without its record (`missing_record_problem`), a local
+    marked export without its `SHA256SUMS`, or a local folder whose files
+    differ from it (`dpnmt.manifest`).
     """
     from dpnmt import manifest  # noqa: PLC0415 - the base layer; kept beside its one use.
 
     lost = missing_record_problem(name_or_path, flag)
     if lost is not None or not os.path.isdir(name_or_path):
         return lost
+    marked = _marked(os.path.join(name_or_path, MODEL_CONFIG_FILE))
+    if marked and not os.path.isfile(os.path.join(name_or_path, manifest.FILE)):
+        return (
+            f"{flag}={name_or_path} is a dpnmt export without its {manifest.FILE} (every marked "
+            "export has one: left out of a copy, or removed), so its files cannot be checked; "
+            "export the run again (python -m dpnmt.export --workdir=RUN --out=NEW_FOLDER) or "
+            "copy the whole folder."
+        )
     try:
         changed = manifest.problems(name_or_path)
     except ValueError as error:

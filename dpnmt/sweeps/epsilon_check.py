@@ -10,6 +10,9 @@ run's public "privacy" object. The recomputation calls `dp_accounting` directly
 
 The accountant is the one the record names ("RDP" in its bound, else PLD on a
 fine grid: PLD's discretisation over-estimates ε, never under-estimates it).
+A ledger's earlier stages must also be the ones the starting export's record
+(embedded in the report) gives (`training.ledger_check.report_problem`: a
+consistency check of the record, not a recomputation).
 """
 
 import dataclasses
@@ -21,6 +24,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpnmt.core.accounting import _quiet_rdp_convergence as quiet_rdp_convergence
+from dpnmt.training import ledger_check
 
 # Reported and recomputed ε may differ by this much (relative), plus an absolute
 # 1e-3: PLD discretisation (at most 1e-4 of ε per step of the grid) and the
@@ -189,6 +193,7 @@ def check_run(privacy: dict) -> EpsilonCheck:
         total_recomputed = joint
     if privacy.get("ledger") is not None:  # Every stage of the lineage, by class (`ledger`).
         total_recomputed, problem = _ledger_total(privacy["ledger"])
+        problem = problem or ledger_check.report_problem(privacy)  # Its export's record agrees.
     elif disjoint_private(pretrained):  # Declared disjoint data: the larger of the two totals.
         theirs, their_delta, problem = _parallel_export(pretrained)
         total_recomputed = max(total_recomputed, theirs)

@@ -91,9 +91,17 @@ def scrub_kept(manager: ocp.CheckpointManager, *, timeless: bool) -> None:
     scrubbed: a kill in between leaves a local path and, in a private run, its
     times (a finished run's last checkpoint would keep them for good). Every
     start (process 0, the workdir locked) scrubs them before anything else.
+
+    Raises:
+      CheckpointUnreadable: a step's orbax metadata is garbled (orbax reads past
+        it, its times kept): the caller's `checkpoint_recovery.read_newest` sets
+        it aside where going back is exact, else refuses.
     """
     for step in manager.all_steps():
-        scrub(str(manager.directory), step, timeless=timeless)
+        try:
+            scrub(str(manager.directory), step, timeless=timeless)
+        except (ValueError, AttributeError) as error:  # JSON garbled, or not an object.
+            raise CheckpointUnreadable(_workdir(manager), step, error) from error
 
 
 def scrub(directory: str, step: int, *, timeless: bool) -> None:

@@ -27,12 +27,17 @@ def adjacency(plan: privacy.PrivacyPlan) -> str:
     """Which neighbouring datasets ε is stated for (see `dpnmt.core.accounting`)."""
     if not plan.private:
         return "none (no guarantee)"
-    if plan.sampling == privacy.POISSON and plan.unit == privacy.GROUP:
+    return relation(plan.sampling, plan.unit)
+
+
+def relation(sampling: str | None, unit: str | None) -> str:
+    """`adjacency` of a private DP-SGD run with this sampling and unit (a ledger event's too)."""
+    if sampling == privacy.POISSON and unit == privacy.GROUP:
         return (
             f"{WHOLE_GROUP} of training examples (Poisson-sampled Gaussian over "
             "groups; a sampled group adds at most group_cap of its examples)"
         )
-    if plan.sampling == privacy.POISSON:
+    if sampling == privacy.POISSON:
         return "add/remove one training example (Poisson-sampled Gaussian)"
     return (
         "replace one training example by a null example that contributes zero (the "

@@ -41,6 +41,7 @@ from dpnmt.errors import InputError
 
 KEY = "ledger"  # Its key in dpnmt.json and in a report ("privacy"."ledger").
 DP_SGD, OTHER, NO_GUARANTEE = "dp_sgd", "epsilon_delta", "no_guarantee"
+RECORD_TOTAL = "record total"  # The `what` of an OTHER event: a record's total alone.
 _ACCOUNTANTS = {"PLD accountant": "pld", "RDP accountant": "rdp"}
 # A written ε may sit this far below its recomputation (JSON rounding, PLD grids), no further.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-6, 1e-9
@@ -122,7 +123,8 @@ class Stage:
         }
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A JSON number as a float ("inf" read as ∞), or None (a bool, NaN, anything else)."""
     if isinstance(value, bool):
         return None
     try:
@@ -157,12 +159,12 @@ def parse_event(item: Any, where: str) -> Event:
         return _unguarded(str(item.get("what", "no guarantee")))
     if not isinstance(item, Mapping) or item.get("kind") not in (DP_SGD, OTHER):
         return _unguarded("an event this version cannot read")
-    epsilon, delta = _number(item.get("epsilon")), _number(item.get("delta"))
+    epsilon, delta = number(item.get("epsilon")), number(item.get("delta"))
     if epsilon is None or delta is None or epsilon < 0 or not 0 <= delta < 1:
         return _unguarded("ε or δ out of range")
     if item["kind"] == OTHER:
         return Event(OTHER, epsilon, delta, str(item.get("what", "")))
-    sigma, rate = _number(item.get("noise_multiplier")), _number(item.get("sampling_rate"))
+    sigma, rate = number(item.get("noise_multiplier")), number(item.get("sampling_rate"))
     steps, epochs = item.get("steps"), item.get("epochs")
     sampling = item.get("sampling")
     valid = (
@@ -229,9 +231,9 @@ def dp_sgd_of_record(record: Mapping[str, Any]) -> Event | None:
     None when the record lacks one of them (records written without them:
     then its written total is all that is known).
     """
-    sigma, delta = _number(record.get("noise_multiplier")), _number(record.get("dp_sgd_delta"))
-    lot, size = _number(record.get("expected_lot_size")), _number(record.get("dataset_size"))
-    steps, epsilon = record.get("steps_planned"), _number(record.get("dp_sgd_epsilon"))
+    sigma, delta = number(record.get("noise_multiplier")), number(record.get("dp_sgd_delta"))
+    lot, size = number(record.get("expected_lot_size")), number(record.get("dataset_size"))
+    steps, epsilon = record.get("steps_planned"), number(record.get("dp_sgd_epsilon"))
     accountant, sampling = _record_accountant(record), record.get("sampling")
     if None in (sigma, delta, lot, size, epsilon, accountant) or not isinstance(steps, int):
         return None
@@ -260,7 +262,7 @@ def dp_sgd_of_record(record: Mapping[str, Any]) -> Event | None:
 
 def _totals(record: Mapping[str, Any]) -> tuple[float | None, float | None]:
     delta = record["total_delta"] if "total_delta" in record else record.get("dp_sgd_delta")
-    return _number(record.get("total_epsilon")), _number(delta)
+    return number(record.get("total_epsilon")), number(delta)
 
 
 def stage_of_record(
@@ -300,13 +302,13 @@ def stage_of_record(
         return Stage(corpora, record.get("private") is True, declared, (_unguarded(why),))
     sgd = dp_sgd_of_record(record)
     if sgd is None:  # Only its total is known: one event of that (ε, δ).
-        return Stage(corpora, True, declared, (Event(OTHER, epsilon, delta, "record total"),))
+        return Stage(corpora, True, declared, (Event(OTHER, epsilon, delta, RECORD_TOTAL),))
     sgd = _checked(sgd, where)
     if vocabulary is None:
         parent = record.get("pretrained") or {}
         if parent.get("dpnmt_export") and (parent.get("composed") or parent.get("parallel")):
             written = record.get("vocabulary") or {}
-            vocabulary = (_number(written.get("epsilon")) or 0.0, _number(written.get("delta")))
+            vocabulary = (number(written.get("epsilon")) or 0.0, number(written.get("delta")))
             vocabulary = (vocabulary[0], vocabulary[1] or 0.0)
         else:
             vocabulary = (epsilon - sgd.epsilon, delta - sgd.delta)
@@ -347,19 +349,3 @@ def lineage_of_record(
         else:
             earlier = lineage_of_record(parent.get("record"))
     return (*earlier, stage_of_record(record, corpora, declared=declared))
-
-
-def of_export(settings: Mapping[str, Any] | None, corpora_key: str) -> tuple[Stage, ...]:
-    """An export's ledger: its "ledger" if written, else its record's lineage (`lineage_of_record`).
-
-    Args:
-      settings: its whole dpnmt.json.
-      corpora_key: dpnmt.json's key of its training corpora (`corpus_record.KEY`).
-    """
-    settings = settings or {}
-    if settings.get(KEY) is not None:
-        return parse_stages(settings[KEY], "the export's ledger")
-    corpora = settings.get(corpora_key)
-    corpora = [c for c in corpora if isinstance(c, Mapping)] if isinstance(corpora, list) else []
-    record = settings.get("privacy")
-    return lineage_of_record(record if isinstance(record, Mapping) else None, corpora)

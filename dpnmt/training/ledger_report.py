@@ -104,9 +104,37 @@ def describe(
             line += rules.unguarded_export_note(pretrained.record)
         return line
     line = f"the pretrained export's lineage and this run composed: {ledger_line}"
-    if pretrained.adjacency != run_adjacency:
-        line += rules.mixed_adjacency_note(pretrained.adjacency, run_adjacency)
+    others = sorted(_worst_relations(total, pretrained.adjacency))
+    if [r for r in others if r != run_adjacency]:
+        line += rules.mixed_adjacency_note(" and ".join(others), run_adjacency)
     return line + rules.units_note(pretrained.record, example)
+
+
+def _worst_relations(total: "Composition", parent: str | None) -> set[str]:
+    """The neighbouring relations of the lineage's events that touched the worst class.
+
+    Its stage's and later ones' (not this run's): a DP-SGD event's from its
+    sampling and unit; a record's bare total has the relation its record
+    states (`parent`: the starting export's), for an earlier stage none.
+    """
+    counted = [k for k in total.classes if k.counted]
+    if not counted:
+        return set()
+    worst, last = max(counted, key=lambda k: k.epsilon).stage, len(total.stages) - 1
+    relations = set()
+    for t in _touching(total.stages, worst):
+        for e in total.stages[t].events if t < last else ():
+            if e.kind == ledger.DP_SGD:
+                relations.add(rules.relation(e.sampling, e.unit))
+            elif e.what == ledger.RECORD_TOTAL:
+                stated = parent if t == last - 1 else None
+                relations.add(stated or "a relation its record does not state")
+    return relations
+
+
+def _touching(stages: Sequence[Stage], c: int) -> list[int]:
+    """Stage `c` and every later stage not declared disjoint: those whose events touch class c."""
+    return [c, *(t for t in range(c + 1, len(stages)) if not stages[t].declared_disjoint)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +226,7 @@ def class_totals(stages: Sequence[Stage]) -> Composition:
     """Each stage's class (ε, δ) and the worst counted one (module docstring)."""
     classes = []
     for c, stage in enumerate(stages):
-        touching = [c, *(t for t in range(c + 1, len(stages)) if not stages[t].declared_disjoint)]
+        touching = _touching(stages, c)
         events = [e for t in touching for e in stages[t].events]
         epsilon, delta = events_epsilon(events)
         counted = stage.private or any(stages[t].private for t in touching[1:])

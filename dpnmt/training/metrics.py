@@ -9,10 +9,11 @@ import json
 import logging
 import math
 import os
+import struct
 import time
 
 from dpnmt import atomic_file, privacy
-from dpnmt.training.run_dir import METRICS_FILE, RunDir
+from dpnmt.training.run_dir import METRICS_FILE, TENSORBOARD_DIR, RunDir
 
 MIN_RATE_WINDOW_LOTS = 50
 
@@ -154,13 +155,63 @@ def keep_rows_through(path: str, step: int) -> None:
     """Rewrites metrics.jsonl (atomically) without its rows after `step` or cut short by a kill."""
     if not os.path.exists(path):
         return
-    kept = []
+    kept = [
+        line if line.endswith("\n") else line + "\n"
+        for line, row in _rows(path)
+        if row.get("step", 0) <= step
+    ]
+    atomic_file.write_atomic(path, "".join(kept))
+
+
+def _rows(path: str):
+    """(line, row) of each line of metrics.jsonl that is a JSON object (none if no file)."""
+    if not os.path.exists(path):
+        return
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(row, dict) and row.get("step", 0) <= step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-    atomic_file.write_atomic(path, "".join(kept))
+            if isinstance(row, dict):
+                yield line, row
+
+
+VALIDATION_PREFIX = "validation/"  # The scalars `actions.Validate` publishes.
+
+
+def _event_steps(path: str):
+    """(step, tags) of each event of a TFRecord event file; stops at a record cut short."""
+    from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415 - deferred, as above.
+
+    with open(path, "rb") as f:
+        data = f.read()
+    offset = 0
+    while offset + 12 <= len(data):  # Length (8 bytes), its CRC, the event, its CRC.
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        if offset + 16 + length > len(data):
+            return
+        event = Event.FromString(data[offset + 12 : offset + 12 + length])
+        yield event.step, [value.tag for value in event.summary.value]
+        offset += 16 + length
+
+
+def validation_published_after(workdir: str, step: int) -> int | None:
+    """The first step past `step` whose validation scores are published, or None.
+
+    Published: a metrics.jsonl row or a TensorBoard event (every session's
+    file) with a `validation/` scalar. Progress rows (ε spent, rates) are not
+    scores of the model and do not count.
+    """
+    found = [
+        row.get("step", 0)
+        for _, row in _rows(os.path.join(workdir, METRICS_FILE))
+        if any(k.startswith(VALIDATION_PREFIX) for k in row)
+    ]
+    folder = os.path.join(workdir, TENSORBOARD_DIR)
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        for event_step, tags in _event_steps(os.path.join(folder, name)):
+            if any(t.startswith(VALIDATION_PREFIX) for t in tags):
+                found.append(event_step)
+    later = [s for s in found if isinstance(s, int) and s > step]
+    return min(later, default=None)

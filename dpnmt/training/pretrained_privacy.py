@@ -22,7 +22,7 @@ from typing import Any
 
 from dpnmt.config import RunConfig
 from dpnmt.errors import ConfigError
-from dpnmt.training import ledger, ledger_report
+from dpnmt.training import ledger, ledger_check, ledger_report
 from dpnmt.training.privacy_report import PretrainedClaim
 from dpnmt.training.run_dir import PRETRAINED_FILE, RunDir
 
@@ -114,17 +114,29 @@ def _adjacency(record: dict[str, Any] | None) -> str | None:
 
 
 def _stages(settings: dict[str, Any] | None) -> tuple[ledger.Stage, ...]:
-    """The export's ledger (`ledger.of_export`); `LedgerError` when it claims too little."""
+    """The export's checked ledger (`ledger_check.of_export`); `LedgerError` else."""
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
-    return ledger.of_export(settings, corpus_record.KEY)
+    return ledger_check.of_export(settings, corpus_record.KEY)
 
 
 def _lineage_overlap(stages, run: RunConfig, name: str, same) -> list[str]:
-    """The first stage of the lineage whose recorded corpora are this run's (`same`'s check)."""
+    """The first stage of the lineage whose recorded corpora are this run's (`same`'s check).
+
+    A private stage that records no corpora (an earlier stage of an export from
+    before the ledger, rebuilt from the record it embeds) cannot be checked:
+    refused, never passed as disjoint.
+    """
     from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
     for index, stage in enumerate(stages):
+        if stage.private and not stage.corpora:
+            return [
+                f"{_declared_where(name)} and from every stage of its lineage, but stage "
+                f"{index} of {len(stages)} trained with DP and its corpora are not recorded "
+                "(an export from before dpnmt recorded them), so disjointness cannot be "
+                f"checked: drop {DISJOINT_FIELD} (its ε is then composed with this run's)."
+            ]
         names = [c.get("corpus") for c in stage.corpora]
         where = (
             f"{_declared_where(name)} and from every stage of its lineage (its dpnmt.json's "
@@ -199,7 +211,7 @@ def _decide(run: RunConfig) -> tuple[PretrainedClaim | None, str | None]:
     except ledger.LedgerError as error:
         problem = f"model.name_or_path={name!r}: {error}"
         return claim(True, math.inf, None, _UNBOUNDED), problem if run.dp.enabled else None
-    if declared and run.dp.enabled:
+    if declared:  # Private or not: the ledger records the declaration for every later run.
         from dpnmt.data import corpus_record  # noqa: PLC0415 - datasets only when needed.
 
         def same(recorded, where):
@@ -266,9 +278,10 @@ def _declared_where(name: str) -> str:
 def declared_text_problems(run: RunConfig, corpus) -> list[str]:
     """A disjoint declaration refused from the corpus text (`corpus_record.same_text_problems`).
 
-    Only a private run declaring its starting dpnmt export disjoint, whose
-    dpnmt.json records its training corpora (older exports and other models:
-    the declaration stays the user's word). `training.preflight.check_run`
+    Any run declaring its starting dpnmt export disjoint, private or not (the
+    export's ledger records the declaration, and a later run's ε relies on it;
+    a private stage recording no corpora: refused, `_lineage_overlap`; other
+    models: the declaration stays the user's word). `training.preflight.check_run`
     asks it before anything is written.
 
     Args:
@@ -276,9 +289,7 @@ def declared_text_problems(run: RunConfig, corpus) -> list[str]:
       corpus: its corpus as trained on (`training.pieces.load_corpus`).
     """
     name = run.model.name_or_path
-    if name is None or not run.dp.enabled:
-        return []
-    if not run.model.pretrained_data_disjoint:
+    if name is None or not run.model.pretrained_data_disjoint:
         return []
     try:
         is_export, settings = read_export_settings(name)

@@ -42,6 +42,7 @@ PREPROCESSING_FILE = "preprocessing.json"  # In private/: exact counts of privat
 NOISE_SEED_FILE = "noise_seed"
 RUN_ID_FILE = "run_id"
 SESSIONS_FILE = "sessions"
+SAMPLER_PREFIX = "sampler_step_"  # private/sampler_step_<step>.json: a checkpoint's sampler.
 # Where a session's wall time went (`train.profile`): in private/ for a private run.
 PROFILE_FILE = "profile.json"
 NOISE_TO_SIGNAL_FILE = "noise_to_signal.json"  # In private/ when validation is private.
@@ -272,7 +273,7 @@ class RunDir:
     def sampler_path(self, step: int) -> str:
         """Where the sampler state of the checkpoint at `step` lives (in private/)."""
         # Lot membership is private: the sampler state stays out of the checkpoint.
-        return self.private_file(f"sampler_step_{step}.json")
+        return self.private_file(f"{SAMPLER_PREFIX}{step}.json")
 
     def save_sampler_state(self, step: int, state: dict) -> None:
         """Writes the lot sampler's `state_dict()` for the checkpoint at `step`."""

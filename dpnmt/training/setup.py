@@ -211,10 +211,20 @@ def build_run(
         )
         manager = checkpointing.make_manager(workdir)
         distributed.on_primary(  # A session killed between a commit and its scrub.
-            lambda: checkpointing.scrub_kept(manager, timeless=run.dp.enabled),
+            lambda: checkpoint_recovery.read_newest(
+                manager,
+                run_dir,
+                lambda: checkpointing.scrub_kept(manager, timeless=run.dp.enabled),
+                run.dp,
+            ),
             "scrubbing the kept checkpoints",
         )
         resuming = manager.latest_step() is not None
+        if not resuming:  # Checkpoints deleted: never a silent second run from lot 1.
+            distributed.on_primary(
+                lambda: checkpoint_recovery.check_fresh_start(run_dir, run.dp),
+                "checking the workdir's private records",
+            )
         if run.dp.enabled and run.dp.target_epsilon is None and run.dp.noise_multiplier is None:
             raise ValueError("Set dp.target_epsilon or dp.noise_multiplier for a private run.")
         # 2. Private records. Process 0 reads or draws the secret seed and

@@ -2,24 +2,25 @@
 
 Two `dpnmt.train` on one workdir would both learn the DP vocabulary and both
 train on the same private data, the second one's noise unaccounted. The
-process that writes a workdir takes `fcntl.flock` on its hidden `.dpnmt.lock`
-(never published) after the config's checks and before it writes anything;
-a second process is refused in one line naming the holder (its process id,
-host and command). The lock is the open file's: it goes when the process
-ends, however it ends (a kill included), and a stale file locks nothing.
+process that writes a workdir takes `fcntl.flock` on `private/.dpnmt.lock`
+(never published: its time is the run's start) after the config's checks
+and before it writes anything; a second process is refused in one line
+naming the holder (its process id and command, no host and no path). The
+lock is the open file's: it goes when the process ends, however it ends (a
+kill included), and a stale file locks nothing.
 """
 
 import contextlib
 import fcntl
 import logging
 import os
-import socket
 import sys
 from collections.abc import Iterator
 
 from dpnmt.errors import ConfigError
+from dpnmt.training.run_dir import PRIVATE_DIR
 
-LOCK_FILE = ".dpnmt.lock"
+LOCK_FILE = os.path.join(PRIVATE_DIR, ".dpnmt.lock")  # Under the workdir.
 
 _held: dict[str, object] = {}  # Real path of a workdir -> its locked file, in this process.
 
@@ -47,7 +48,7 @@ def acquire(workdir: str, command: str) -> None:
     if key in _held:
         return
     try:
-        os.makedirs(workdir, exist_ok=True)
+        os.makedirs(os.path.join(workdir, PRIVATE_DIR), exist_ok=True)
     except OSError as error:
         raise ConfigError(f"--workdir={workdir} cannot be created: {error}") from error
     path = os.path.join(workdir, LOCK_FILE)
@@ -64,7 +65,7 @@ def acquire(workdir: str, command: str) -> None:
         logging.warning("Cannot lock %s (%s): make sure no other process trains it.", path, error)
     handle.seek(0)
     handle.truncate()
-    handle.write(f"process {os.getpid()} on {socket.gethostname()}: {command}\n")
+    handle.write(f"process {os.getpid()}: {command}\n")
     handle.flush()
     _held[key] = handle
 
@@ -86,7 +87,12 @@ def released_at_exit(workdir: str) -> Iterator[None]:
 
 
 def this_command() -> str:
-    """The running command, shortened for the holder line (`python -m dpnmt.train`, a test)."""
+    """The running command for the holder line: `python -m dpnmt.train`, or the script's name.
+
+    Never a path: `sys.argv[0]` may be absolute, and the lock file is kept in the workdir.
+    """
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    return f"python -m {spec.name}" if spec is not None and spec.name else sys.argv[0]
+    if spec is not None and spec.name:
+        return f"python -m {spec.name}"
+    return os.path.basename(sys.argv[0])

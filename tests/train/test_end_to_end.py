@@ -6,6 +6,7 @@ Small overrides of configs/tiny.py keep each run to well under a minute.
 import dataclasses
 import json
 import math
+import shutil
 
 import chex
 import dp_accounting
@@ -16,6 +17,7 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from dpnmt import bridge
 from dpnmt.config import RunConfig
+from dpnmt.errors import InputError
 from dpnmt.evaluation import decode as decode_lib
 from dpnmt.training import loop, metrics
 from tests.markers import needs_data
@@ -183,6 +185,11 @@ def test_secure_lots_publish_validation_only_after_its_checkpoint(tmp_path, monk
     for step in published:
         position = events.index(("publish", step))
         assert ("save", step) in events[:position], events
+    # checkpoints/ deleted: the start silently trained again from lot 1 with fresh lots and
+    # noise, a second release of the data beside the first's published scores.
+    shutil.rmtree(tmp_path / "checkpoints")
+    with pytest.raises(InputError, match="this workdir already trained; restore its checkpoints"):
+        loop.train_and_evaluate(RunConfig.of(config), str(tmp_path), stop_after_steps=1)
 
 
 def test_secret_dropout_keys_and_every_bucket_compiled_before_the_first_lot(

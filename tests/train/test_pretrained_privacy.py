@@ -21,6 +21,8 @@ from tests.small_configs import files_config, files_corpus
 from tests.tiny_export import write_tiny_export
 
 EXPORT_EPSILON, EXPORT_DELTA = 3.0, 2e-9
+# What every export since dpnmt recorded corpora holds: a corpus that is not this run's.
+EXPORT_CORPORA = [{"corpus": "files:the_exports_corpus"}]
 
 
 def _record(private=True, epsilon=EXPORT_EPSILON):
@@ -48,7 +50,7 @@ def _export(model_folder, tmp_path, record):
     shutil.copytree(model_folder, folder)
     settings = {"pair": "de-en", "family": "none", "source_prefix": ""}
     if record is not None:
-        settings["privacy"] = record
+        settings["privacy"], settings["training_corpora"] = record, EXPORT_CORPORA
     (folder / "dpnmt.json").write_text(json.dumps(settings))
     return str(folder)
 
@@ -179,6 +181,26 @@ def _pretrained_privacy():
     return pretrained_privacy
 
 
+def test_a_private_export_without_recorded_corpora_cannot_be_declared_disjoint(tmp_path):
+    """An export from before dpnmt recorded its corpora passed a disjoint declaration
+    unchecked. Its private data cannot be compared with this run's: refused in one line (not
+    declared, its ε composes); a non-private one stays public by the user's choice."""
+    pretrained_privacy = _pretrained_privacy()
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "dpnmt.json").write_text(json.dumps({"privacy": _record()}))
+    config = _config(tmp_path, str(folder))
+    config.model.pretrained_data_disjoint = True
+    (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
+    assert "stage 0 of 1 trained with DP and its corpora are not recorded" in problem
+    assert "drop model.pretrained_data_disjoint" in problem
+    config.model.pretrained_data_disjoint = False
+    assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []
+    (folder / "dpnmt.json").write_text(json.dumps({"privacy": _record(private=False)}))
+    config.model.pretrained_data_disjoint = True
+    assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -203,7 +225,8 @@ def test_an_out_of_range_record_is_no_finite_guarantee(tmp_path, change):
     assert ledger_report.class_totals(ledger.lineage_of_record(record)).epsilon == math.inf
     folder = tmp_path / "export"
     folder.mkdir()
-    (folder / "dpnmt.json").write_text(json.dumps({"privacy": record}))
+    settings = {"privacy": record, "training_corpora": EXPORT_CORPORA}
+    (folder / "dpnmt.json").write_text(json.dumps(settings))
     config = _config(tmp_path, str(folder))
     (problem,) = pretrained_privacy.pretrained_problems(RunConfig.of(config))
     assert "is not a number" in problem and "model.pretrained_data_disjoint=True" in problem
@@ -380,6 +403,13 @@ def test_an_export_trained_on_a_copy_of_this_run_s_corpus_found_here_is_refused(
     assert pretrained_privacy.pretrained_problems(RunConfig.of(config)) == []  # Another name.
     (problem,) = pretrained_privacy.declared_text_problems(
         RunConfig.of(config), pieces.load_corpus(RunConfig.of(config).data)
+    )
+    assert "['files:copy']: the text of this run's private corpus" in problem
+    # A non-private run's declaration goes into the ledger as well: checked the same.
+    public = _config(tmp_path, folder, variant="nonprivate")
+    public.data.corpus, public.model.pretrained_data_disjoint = "files:corpus", True
+    (problem,) = pretrained_privacy.declared_text_problems(
+        RunConfig.of(public), pieces.load_corpus(RunConfig.of(public).data)
     )
     assert "['files:copy']: the text of this run's private corpus" in problem
 

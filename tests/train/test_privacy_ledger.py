@@ -58,7 +58,7 @@ class Chain:
         self.last = str(model_folder)  # Stage 0 starts from a model that is not an export.
         self.count = 0
 
-    def run(self, corpus: str, stage: str, *, declared=False, private=True):
+    def run(self, corpus: str, stage: str, *, declared=False, private=True, sampling="poisson"):
         """(the run's config, its claim, its report); raises ConfigError when refused."""
         config = files_config(self.tmp / "unused", "eps8" if private else "nonprivate")
         config.data.corpus = self.corpora[corpus]
@@ -66,7 +66,7 @@ class Chain:
         config.model.pretrained_data_disjoint = declared
         run = RunConfig.of(config)
         claim = pretrained_privacy.pretrained_claim(run)
-        plan = _plan(stage, private)
+        plan = dataclasses.replace(_plan(stage, private), sampling=sampling)
         report = privacy_report(plan, plan.num_steps, PUBLIC_VOCABULARY, pretrained=claim)
         return run, claim, report
 
@@ -224,3 +224,123 @@ def test_the_ledger_travels_with_every_export_and_is_recomputed(model_folder, tm
     assert published["total_epsilon"] == max(c["epsilon"] for c in classes if c["counted"])
     assert PrivacyReport.from_json(published) == report
     assert not math.isinf(report.total_epsilon)
+
+
+def _as_before_the_ledger(folder):
+    """Rewrites an export's dpnmt.json as dpnmt wrote it before the ledger (issue 59)."""
+    path = folder / "dpnmt.json"
+    settings = json.loads(path.read_text())
+    settings.pop("ledger")
+    settings["privacy"].pop("ledger", None)
+    if isinstance(settings["privacy"].get("pretrained"), dict):
+        settings["privacy"]["pretrained"].pop("ledger", None)
+    path.write_text(json.dumps(settings))
+
+
+def test_a_pre_ledger_lineage_with_unrecorded_corpora_cannot_be_declared_disjoint(
+    model_folder, tmp_path
+):
+    """A (DP) -> B (DP, declared) -> A declared disjoint, both exports from before the
+    ledger: stage 0 is rebuilt from export1's embedded record, which names no corpora, so
+    the check passed vacuously and the run reported max(ε0, ε1, ε2). Refused in one line;
+    not declared, A's people get stages 0 and 2 composed."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0")
+    _as_before_the_ledger(tmp_path / "export0")
+    chain.stage("B", "s1", declared=True)
+    _as_before_the_ledger(tmp_path / "export1")
+    with pytest.raises(ConfigError, match="corpora are not recorded") as error:
+        chain.run("A", "s2", declared=True)
+    assert "\n" not in str(error.value) and "drop model.pretrained_data_disjoint" in str(
+        error.value
+    )
+    _, _, report = chain.run("A", "s2")
+    assert report.total_epsilon >= _optimistic("s0", "s2")
+
+
+def _drop_stage_0(settings):
+    settings["ledger"].pop(0)
+
+
+def _rename_stage_0(settings):
+    settings["ledger"][0]["corpora"][0]["corpus"] = "files:another_corpus"
+
+
+def _stage_0_spent_nothing(settings):
+    settings["ledger"][0]["events"] = [{"kind": "epsilon_delta", "epsilon": 0.0, "delta": 0.0}]
+
+
+def _stage_1_declared(settings):
+    settings["ledger"][1]["declared_disjoint"] = True
+
+
+def _drop_stage_0_from_both_copies(settings):
+    settings["ledger"].pop(0)
+    settings["privacy"]["ledger"]["stages"].pop(0)
+
+
+@pytest.mark.parametrize(
+    ("declared_1", "forge"),
+    [
+        (True, _drop_stage_0),
+        (True, _rename_stage_0),
+        (True, _stage_0_spent_nothing),
+        (False, _stage_1_declared),
+        (True, _drop_stage_0_from_both_copies),
+    ],
+)
+def test_a_ledger_forged_against_its_own_record_is_refused(
+    model_folder, tmp_path, declared_1, forge
+):
+    """export1's dpnmt.json "ledger" was trusted as written: a stage dropped or renamed,
+    its events replaced by ε 0, or a stage marked declared lowered the next run's ε (and
+    `dpnmt.report --runs` agreed). The ledger is now rebuilt from the export's own privacy
+    record and refused when it differs, or when its worst class is below the record's total."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0")
+    chain.stage("B", "s1", declared=declared_1)
+    _, honest, _ = chain.run("A", "s2")
+    path = tmp_path / "export1" / "dpnmt.json"
+    settings = json.loads(path.read_text())
+    forge(settings)
+    path.write_text(json.dumps(settings))
+    for declared in (False, True):
+        with pytest.raises(ConfigError, match="contradicts its privacy record") as error:
+            chain.run("A", "s2", declared=declared)
+        assert "\n" not in str(error.value)
+    # The report of a run that trusted such a ledger: `dpnmt.report --runs` refuses it.
+    from dpnmt.sweeps import epsilon_check  # noqa: PLC0415
+    from dpnmt.training import ledger  # noqa: PLC0415
+
+    forged = ledger.parse_stages(settings["ledger"], "the forged ledger")
+    claim = dataclasses.replace(honest, ledger=forged)
+    plan = _plan("s2")
+    report = privacy_report(plan, plan.num_steps, PUBLIC_VOCABULARY, pretrained=claim)
+    check = epsilon_check.check_run(json.loads(json.dumps(report.to_json())))
+    assert not check.agrees and "contradicts its privacy record" in check.note
+
+
+def test_a_non_private_stage_declared_disjoint_is_checked_too(model_folder, tmp_path):
+    """A (DP) -> A again without DP, declared disjoint -> D: the declaration was checked only
+    in private runs, yet the ledger recorded it, so the run on D reported max(ε0, ε2) while
+    A's people had been trained on without DP. The non-private run is refused as a DP one."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0")
+    with pytest.raises(ConfigError, match="stage 0"):
+        chain.run("A", "s1", declared=True, private=False)
+    chain.stage("A", "s1", private=False)  # Not declared: A's people have no guarantee.
+    with pytest.raises(ConfigError, match="∞"):
+        chain.run("D", "s2", declared=True)
+
+
+def test_the_adjacency_note_follows_the_worst_class_not_the_direct_parent(model_folder, tmp_path):
+    """A (shuffled lots) -> B (Poisson, declared) -> A (Poisson): A's people, the worst
+    class, compose a replace-with-null ε and an add/remove one, but the note compared this
+    run's relation with export1's alone (both Poisson) and said nothing."""
+    chain = Chain(tmp_path, model_folder)
+    chain.stage("A", "s0", sampling="shuffle")
+    chain.stage("B", "s1", declared=True)
+    _, _, report = chain.run("A", "s2")
+    assert report.ledger.classes[0].epsilon == report.total_epsilon  # A's people: the worst.
+    assert "the two ε are for different neighbouring datasets" in report.composition
+    assert "replace one training example by a null example" in report.composition

@@ -6,6 +6,7 @@ on the same private data behind one ε), and the seed was `exists` then
 """
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -43,7 +44,7 @@ def test_a_second_process_is_refused_in_one_line_naming_the_holder(tmp_path):
         with pytest.raises(ConfigError) as refused:
             workdir_lock.acquire(str(tmp_path / "run"), "test")
         message = str(refused.value)
-        assert f"process {holder.pid} on " in message and "a test holder" in message
+        assert f"process {holder.pid}: a test holder)" in message
         assert "\n" not in message and "use another --workdir" in message
     finally:
         holder.stdin.close()
@@ -67,7 +68,24 @@ def test_training_a_locked_workdir_is_refused_before_anything_is_written(tmp_pat
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
-    assert os.listdir(workdir) == [workdir_lock.LOCK_FILE]  # No config.json, no private/.
+    assert os.listdir(workdir) == ["private"]  # No config.json; the lock is private.
+    assert os.listdir(workdir / "private") == [os.path.basename(workdir_lock.LOCK_FILE)]
+
+
+def test_the_lock_file_is_private_and_names_no_host_or_path(tmp_path, monkeypatch):
+    """`.dpnmt.lock` sat in the published part of the workdir holding the host name and
+    sys.argv[0] (an absolute path), its mtime the start to the nanosecond."""
+    monkeypatch.setattr(sys, "argv", ["/home/someone/bin/train_wrapper.py"])
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
+    workdir = tmp_path / "run"
+    workdir_lock.acquire(str(workdir), workdir_lock.this_command())
+    try:
+        assert os.listdir(workdir) == ["private"]
+        (text,) = [p.read_text() for p in (workdir / "private").iterdir()]
+    finally:
+        workdir_lock.release(str(workdir))
+    assert text == f"process {os.getpid()}: train_wrapper.py\n"
+    assert socket.gethostname() not in text
 
 
 def test_processes_starting_at_once_get_one_secret_seed(tmp_path):
