@@ -112,8 +112,9 @@ def test_pretraining_then_fine_tuning_composes_both_stages(tmp_path):
     assert final["total_epsilon"] == pytest.approx(joint, rel=1e-6)
     assert final["total_delta"] == pytest.approx(delta, rel=1e-12)
     assert final["total_epsilon"] < first["total_epsilon"] + final["dp_sgd_epsilon"]
-    assert "one dp_accounting event" in final["composition"]
-    assert final["joint_dp_sgd"]["epsilon"] == pytest.approx(joint, rel=1e-6)
+    # The ledger composes both stages' DP-SGD runs as one dp_accounting PLD event (issue 59).
+    assert "one dp_accounting PLD event" in final["composition"]
+    assert final["ledger"]["epsilon"] == pytest.approx(joint, rel=1e-6)
     assert epsilon_check.check_run(final).agrees  # The runs report's check agrees.
 
     # The model cards: the objective and its unit; the two stages and whom they cover.
