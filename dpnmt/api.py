@@ -39,10 +39,26 @@ def load_config(spec: str, **overrides: Any) -> Any:
     return config_file.load_file(spec, {k.replace("__", "."): v for k, v in overrides.items()})
 
 
-def finished_results(workdir: str) -> dict | None:
-    """results.json of a run in `workdir` that has finished, else None."""
-    results = RunDir(workdir).read_results()
-    return results if results and results.get("finished") else None
+def finished_results(workdir: str, run: RunConfig) -> dict | None:
+    """results.json of the run of `run` (its config) in `workdir` if it has finished, else None.
+
+    A workdir bound to another config is not "finished" for this one: training
+    then refuses it, naming the change (`RunDir.bind_config`).
+    """
+    import json  # noqa: PLC0415
+
+    from dpnmt import config_lib  # noqa: PLC0415
+
+    run_dir = RunDir(workdir)
+    results = run_dir.read_results()
+    if not (results and results.get("finished")):
+        return None
+    try:
+        with open(run_dir.config_path) as f:
+            bound = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return results if bound == config_lib.published_config(run) else None
 
 
 def train(
@@ -70,7 +86,7 @@ def train(
     if isinstance(config, str):
         config = load_config(config)
     run: RunConfig = preflight.read_config(config, workdir)
-    finished = finished_results(workdir)
+    finished = finished_results(workdir, run)
     if finished is not None:
         return finished
     compilation_cache.enable(run.train.compilation_cache)

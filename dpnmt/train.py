@@ -121,7 +121,7 @@ def _train() -> dict:
     )
     # Process 0 alone logs progress and ε; the others report only problems.
     cli.setup_logging(primary=distributed.is_primary())
-    finished = _finished_results(_WORKDIR.value)
+    finished = _finished_results(_WORKDIR.value, run)
     if finished is not None:
         return finished
     return loop.train_and_evaluate(run, _WORKDIR.value, stop_after_steps=_STOP_AFTER.value)
@@ -134,15 +134,15 @@ def _terminated(signum, frame) -> None:
     raise interruption.Stopped(signum)
 
 
-def _finished_results(workdir: str) -> dict | None:
+def _finished_results(workdir: str, run) -> dict | None:
     """results.json of a run that has finished (said in one line), else None.
 
-    The config was checked against the run's binding (`preflight.read_config`):
-    training again would compile, re-decode and rewrite the same results.
+    Only when the workdir is bound to this config (`api.finished_results`): training
+    again would compile, re-decode and rewrite the same results.
     """
     from dpnmt import api  # noqa: PLC0415
 
-    results = api.finished_results(workdir)
+    results = api.finished_results(workdir, run)
     if results is None:
         return None
     logging.info(
