@@ -136,3 +136,16 @@ def folder_built_beside(path: str) -> Iterator[str]:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     _sync_folder(parent)
+
+
+def make_private_folder(path: str) -> str:
+    """Creates folder `path` (and its parents) readable by its owner alone (0700); returns it.
+
+    For a run's `private/` (the secret seed, sampler states, logs that may
+    quote private text): a 0700 folder keeps every file in it from other local
+    users whatever the file's own mode. `os.makedirs` ignores `mode` for a
+    folder that exists, so an existing one is changed too.
+    """
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path

@@ -13,6 +13,7 @@ import time
 from absl import logging
 
 import dpnmt
+from dpnmt import atomic_file
 from dpnmt.errors import raise_problems
 from dpnmt.sweeps import grid
 from dpnmt.training import compilation_cache
@@ -62,7 +63,7 @@ def train_one(command: list[str], run_dir: str, env: dict) -> tuple[int, str]:
         except BlockingIOError:
             return -1, f"{run_dir} is locked: another process is training it; wait or stop it."
         log_path = os.path.join(run_dir, grid.TRAIN_LOG)
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        atomic_file.make_private_folder(os.path.dirname(log_path))
         with open(log_path, "ab") as log:
             offset = log.tell()
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())
@@ -192,7 +193,7 @@ def _write_error_tail(run_dir: str, tail: str) -> None:
     the published sweep.json.
     """
     path = os.path.join(run_dir, grid.ERROR_TAIL)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_file.make_private_folder(os.path.dirname(path))
     with open(path, "w", encoding="utf-8") as f:
         f.write(tail)
 

@@ -20,6 +20,7 @@ its own commit time (checksummed binary); restore reads either format.
 """
 
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -151,14 +152,19 @@ def restore_latest(manager: ocp.CheckpointManager, like: Any) -> tuple[int, Any,
 
 def _read(manager: ocp.CheckpointManager, step: int, read):
     """`read()`, any error it raises as `CheckpointUnreadable` naming the step (one line)."""
-    quiet, absl_logger = _DropReadErrors(), logging.getLogger("absl")
-    absl_logger.addFilter(quiet)  # Orbax logs a failed read's traceback, then raises it.
+    # Orbax logs a failed read's traceback, then raises it; its other reads' futures, failed
+    # too, are logged by asyncio ("exception was never retrieved") when collected.
+    quiet, loggers = _DropReadErrors(), [logging.getLogger(n) for n in ("absl", "asyncio")]
+    for logger in loggers:
+        logger.addFilter(quiet)
     try:
         return read()
     except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise many kinds.
+        gc.collect()  # Those futures go now, while their records are dropped.
         raise CheckpointUnreadable(_workdir(manager), step, error) from error
     finally:
-        absl_logger.removeFilter(quiet)
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 class _DropReadErrors(logging.Filter):

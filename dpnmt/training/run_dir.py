@@ -4,8 +4,8 @@ Published (the workdir minus `private/`): config.json, results.json,
 metrics.jsonl, tensorboard/, the vocabulary (tokenizer.model, vocabulary.json),
 pretrained.json (what the starting model adds to ε, fixed when the run started),
 checkpoints/, a non-private run's profile.json and `dpnmt.noise_to_signal`'s
-noise_to_signal.json (measured on a public validation split). Private (`private/`, never
-published): the secret noise seed, the run id, the sampler state of each
+noise_to_signal.json (measured on a public validation split). Private (`private/`, 0700,
+never published): the secret noise seed, the run id, the sampler state of each
 checkpoint, the session counter, the exact preprocessing counts of private
 splits, a private run's profile, and what `dpnmt.noise_to_signal` and
 `dpnmt.decode --split=validation` write when validation was carved from train
@@ -208,7 +208,7 @@ class RunDir:
 
     def write_private_json(self, name: str, value) -> None:
         """Writes `private/<name>` (strict JSON), creating `private/`."""
-        os.makedirs(os.path.join(self.path, PRIVATE_DIR), exist_ok=True)
+        atomic_file.make_private_folder(os.path.join(self.path, PRIVATE_DIR))
         write_json(self.private_file(name), value)
 
     def write_profile(self, profile: dict, *, private: bool) -> str:
@@ -240,7 +240,7 @@ class RunDir:
                     f"{self.path} has checkpoints but no {path}; cannot resume safely."
                 )
             seed = config.noise_seed if config.noise_seed is not None else core.fresh_seed()
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_file.make_private_folder(os.path.dirname(path))
             atomic_file.create_exclusive(path, str(seed))
         seed = _read_number(path, "the run's secret noise seed")
         if config.noise_seed is not None and int(config.noise_seed) != seed:
@@ -259,7 +259,7 @@ class RunDir:
         """
         path = self.private_file(RUN_ID_FILE)
         if not os.path.exists(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_file.make_private_folder(os.path.dirname(path))
             atomic_file.create_exclusive(path, str(core.fresh_seed()))
         return _read_number(path, "the run id that binds its checkpoints")
 
@@ -292,11 +292,7 @@ class RunDir:
 
 
 def _read_number(path: str, what: str) -> int:
-    """The integer `path` holds, or one line naming the file and the fix.
-
-    Raises:
-      InputError: the file is empty or not a number (cut short, or edited).
-    """
+    """The integer `path` holds; `InputError` (one line: the file, the fix) if empty or garbled."""
     with open(path) as f:
         text = f.read()
     try:
@@ -304,9 +300,8 @@ def _read_number(path: str, what: str) -> int:
     except ValueError:
         raise InputError(
             f"{path} holds {what} but is not a number ({len(text)} characters, not shown: cut "
-            "short by a kill of an older dpnmt, or edited); restore it from a copy of the "
-            "workdir, or start a "
-            "new --workdir (a new seed would be a second, unaccounted run on the same data)."
+            "short by a kill of an older dpnmt, or edited); restore it from a copy of the workdir"
+            ", or start a new --workdir (a new seed: a second, unaccounted run on the same data)."
         ) from None
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 
+from dpnmt import atomic_file
 from dpnmt.errors import ConfigError
 from dpnmt.training.run_dir import PRIVATE_DIR
 
@@ -48,7 +49,7 @@ def acquire(workdir: str, command: str) -> None:
     if key in _held:
         return
     try:
-        os.makedirs(os.path.join(workdir, PRIVATE_DIR), exist_ok=True)
+        atomic_file.make_private_folder(os.path.join(workdir, PRIVATE_DIR))
     except OSError as error:
         raise ConfigError(f"--workdir={workdir} cannot be created: {error}") from error
     path = os.path.join(workdir, LOCK_FILE)

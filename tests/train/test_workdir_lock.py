@@ -124,3 +124,12 @@ def test_a_garbled_seed_is_refused_without_showing_its_digits(tmp_path):
         records.noise_seed(RunConfig(), False)
     assert "9182736455" not in str(raised.value)
     assert "19 characters, not shown" in str(raised.value)
+
+
+def test_private_folder_is_its_owners_alone(tmp_path):
+    """Files under private/ (seed, sampler states, logs quoting private text) are unreadable
+    to other local users whatever their own mode: the folder is 0700, also one made before."""
+    records = run_dir.RunDir(str(tmp_path))
+    (tmp_path / "private").mkdir(mode=0o755)
+    records.noise_seed(RunConfig(), False)
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
