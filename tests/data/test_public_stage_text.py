@@ -30,7 +30,7 @@ PUBLIC_STAGES = sorted(
     path.stem for path in CONFIG_DIR.glob("*.py") if "public_stage_config(" in path.read_text()
 )
 SCRIPTS = ("public_captions", "public_start")  # docs/results/<name>/make_files.py
-REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_public_stages_are_found():
