@@ -34,8 +34,9 @@ one session of these two shared cores holds (~5.4 s a lot measured beside
 other work, the 16k softmax and Tatoeba's longer sentences included); for so
 short a run the rate of configs/multi30k.py's non-private recipe, 2e-3, with
 200 warm-up lots then linear decay to 0. The shipped run stopped at lot 710
-(docs/results/public_start/README.md); configs/public_start_captions.py follows. Not tuned: no grid over width, depth,
-weights, rate or epochs was run (the CPU-hours went to this one run).
+(docs/results/public_start/README.md); configs/public_start_captions.py follows.
+Not tuned: no grid over width, depth, weights, rate or epochs was run (the
+CPU-hours went to this one run).
 
     PYTHONPATH=. python docs/results/public_start/make_files.py --out=$DPNMT_DATA_DIR
     python -m dpnmt.train --config=configs/public_start.py --workdir=../public_start
